@@ -1,0 +1,15 @@
+# Shared build helpers.
+#
+# LibTorch's headers dominate compile time on two cores, so every target reuses one
+# precompiled header built once from cmake/pch.h (the targets share flags, which
+# REUSE_FROM requires).
+add_library(opfuse_pch OBJECT ${CMAKE_CURRENT_LIST_DIR}/pch.cpp)
+target_link_libraries(opfuse_pch PUBLIC torch)
+target_precompile_headers(opfuse_pch PRIVATE ${CMAKE_CURRENT_LIST_DIR}/pch.h)
+
+function(opfuse_target name)
+  target_compile_options(${name} PRIVATE -Wall -Wextra -Wno-unused-parameter -Wno-psabi)
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/include
+                                     PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_precompile_headers(${name} REUSE_FROM opfuse_pch)
+endfunction()

@@ -1,0 +1,46 @@
+// Side-by-side timing of a fused operator against the composite it replaces and ATen.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace opfuse::bench {
+
+struct OpBenchOptions {
+  std::string op = "silu";  // silu | swish | se_gate
+  int64_t numel = 6'400'000;
+  int threads = 0;  // 0: all hardware threads
+  int rounds = 7;
+  int warmup = 2;
+  std::function<void(int round, int rounds)> on_round;  // progress, optional
+};
+
+struct VariantTiming {
+  std::string name;  // reference | aten | opfuse
+  std::string what;  // the code it runs, for the table
+  double median_ms = 0;
+  double min_ms = 0;
+  double max_ms = 0;
+};
+
+struct OpBenchResult {
+  std::string op;
+  std::string shape;  // e.g. [6400000] or [16, 128, 56, 56]
+  std::string capability;  // the CPU path the opfuse kernels took
+  int64_t numel = 0;
+  int threads = 0;
+  std::vector<VariantTiming> variants;  // reference, aten, opfuse
+  double speedup_vs_reference = 0;
+  double speedup_vs_aten = 0;
+  double opfuse_gbps = 0;  // bytes the fused forward+backward must move / its median time
+  double copy_gbps = 0;    // tensor copy in the same run: what memory can do
+};
+
+const std::vector<std::string>& benchmarked_ops();
+
+// Throws std::invalid_argument for an unknown op or a non-positive size.
+OpBenchResult bench_op(const OpBenchOptions& options);
+
+}  // namespace opfuse::bench

@@ -1,0 +1,25 @@
+// Turning results into what people and scripts read: terminal tables and JSON.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "opfuse/bench.h"
+
+namespace opfuse::report {
+
+using Row = std::vector<std::string>;
+
+// Columns padded to their widest cell; numeric-looking cells right-aligned.
+std::string format_table(const Row& header, const std::vector<Row>& rows);
+
+std::string format_op_bench(const bench::OpBenchResult& result);
+nlohmann::json op_bench_json(const bench::OpBenchResult& result);
+
+// Writes JSON to path; refuses (std::runtime_error naming the file) to replace an existing
+// file unless overwrite is set.
+void write_json(const std::string& path, const nlohmann::json& value, bool overwrite);
+
+}  // namespace opfuse::report

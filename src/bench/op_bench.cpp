@@ -1,0 +1,145 @@
+// bench-op: forward+backward of the reference composite, ATen and the opfuse op, alternating in
+// one process after a warm-up, median over rounds — an absolute time on a shared 2-core machine
+// means little, the ratio within one run does.
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+#include "opfuse/bench.h"
+#include "opfuse/models.h"
+#include "opfuse/ops.h"
+#include "ops/cpu/capability.h"
+
+namespace opfuse::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Variant {
+  std::string name, what;
+  std::function<at::Tensor()> forward;  // builds the graph from the leaves
+};
+
+struct Case {
+  std::vector<at::Tensor> leaves;  // inputs that receive gradients
+  at::Tensor grad_output;
+  std::vector<Variant> variants;
+  double bytes_per_step;  // bytes a single-pass forward+backward moves
+};
+
+// se_gate runs on EfficientNet-like activations: 16 samples of 56×56 and as many channels as
+// the requested size allows.
+std::vector<int64_t> se_gate_shape(int64_t numel) {
+  const int64_t n = 16, hw = 56 * 56;
+  return {n, std::max<int64_t>(1, numel / (n * hw)), 56, 56};
+}
+
+Case make_case(const std::string& op, int64_t numel) {
+  Case c;
+  if (op == "silu" || op == "swish") {
+    at::Tensor x = torch::randn({numel}).requires_grad_();
+    c.leaves = {x};
+    c.grad_output = torch::randn({numel});
+    auto fused = op == "silu" ? std::function<at::Tensor()>([x] { return opfuse::silu(x); })
+                              : std::function<at::Tensor()>([x] { return opfuse::swish(x, 1.0); });
+    c.variants = {
+        {"reference", "memory-efficient Swish (autograd Function)", [x] { return models::memory_efficient_swish(x); }},
+        {"aten", "torch::silu", [x] { return torch::silu(x); }},
+        {"opfuse", fmt::format("opfuse::{}", op), fused}};
+    // forward reads x, writes y; backward reads dy and x, writes dx
+    c.bytes_per_step = 5.0 * numel * sizeof(float);
+    return c;
+  }
+  if (op == "se_gate") {
+    const auto shape = se_gate_shape(numel);
+    at::Tensor x = torch::randn(shape).requires_grad_();
+    at::Tensor g = torch::randn({shape[0], shape[1], 1, 1}).requires_grad_();
+    c.leaves = {x, g};
+    c.grad_output = torch::randn(shape);
+    c.variants = {
+        {"reference", "sigmoid(g) * x (autograd)", [x, g] { return models::composite_se_gate(x, g); }},
+        {"aten", "x * torch::sigmoid(g) (autograd)", [x, g] { return x * torch::sigmoid(g); }},
+        {"opfuse", "opfuse::se_gate", [x, g] { return opfuse::se_gate(x, g); }}};
+    c.bytes_per_step = 5.0 * x.numel() * sizeof(float);
+    return c;
+  }
+  throw std::invalid_argument(fmt::format("unknown op '{}' (expected silu, swish or se_gate)", op));
+}
+
+double elapsed_ms(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+double time_step(const Case& c, const Variant& v) {
+  for (const auto& leaf : c.leaves) leaf.mutable_grad() = at::Tensor();
+  const auto start = Clock::now();
+  v.forward().backward(c.grad_output);
+  return elapsed_ms(start);
+}
+
+double median(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  const size_t n = xs.size();
+  return n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
+}
+
+std::string shape_string(at::IntArrayRef sizes) {
+  return fmt::format("[{}]", fmt::join(sizes, ", "));
+}
+
+}  // namespace
+
+const std::vector<std::string>& benchmarked_ops() {
+  static const std::vector<std::string> ops{"silu", "swish", "se_gate"};
+  return ops;
+}
+
+OpBenchResult bench_op(const OpBenchOptions& options) {
+  if (options.numel <= 0) throw std::invalid_argument("--numel must be positive");
+  if (options.rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
+  const int threads = options.threads > 0 ? options.threads
+                                          : static_cast<int>(std::thread::hardware_concurrency());
+  at::set_num_threads(threads);
+  torch::manual_seed(0);
+  const Case c = make_case(options.op, options.numel);
+
+  for (int w = 0; w < options.warmup; ++w)
+    for (const auto& v : c.variants) time_step(c, v);
+
+  std::vector<std::vector<double>> samples(c.variants.size());
+  std::vector<double> copy_ms;
+  const at::Tensor src = c.leaves[0].detach();
+  at::Tensor dst = torch::empty_like(src);
+  for (int r = 0; r < options.rounds; ++r) {
+    if (options.on_round) options.on_round(r, options.rounds);
+    for (size_t i = 0; i < c.variants.size(); ++i) samples[i].push_back(time_step(c, c.variants[i]));
+    const auto start = Clock::now();
+    dst.copy_(src);
+    copy_ms.push_back(elapsed_ms(start));
+  }
+
+  OpBenchResult result;
+  result.op = options.op;
+  result.shape = shape_string(c.leaves[0].sizes());
+  result.capability = cpu::capability_name(cpu::cpu_capability());
+  result.numel = c.leaves[0].numel();
+  result.threads = threads;
+  for (size_t i = 0; i < c.variants.size(); ++i) {
+    const auto [lo, hi] = std::minmax_element(samples[i].begin(), samples[i].end());
+    result.variants.push_back({c.variants[i].name, c.variants[i].what, median(samples[i]), *lo, *hi});
+  }
+  const double reference = result.variants[0].median_ms, aten = result.variants[1].median_ms,
+               fused = result.variants[2].median_ms;
+  result.speedup_vs_reference = reference / fused;
+  result.speedup_vs_aten = aten / fused;
+  result.opfuse_gbps = c.bytes_per_step / (fused * 1e6);
+  result.copy_gbps = 2.0 * src.numel() * sizeof(float) / (median(copy_ms) * 1e6);
+  return result;
+}
+
+}  // namespace opfuse::bench

@@ -1,0 +1,60 @@
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "opfuse/bench.h"
+#include "opfuse/report.h"
+
+namespace opfuse::cli {
+namespace {
+
+struct BenchOpArgs {
+  bench::OpBenchOptions options;
+  std::string json;
+  bool force = false;
+};
+
+}  // namespace
+
+Run add_bench_op(CLI::App& app) {
+  auto args = std::make_shared<BenchOpArgs>();
+  auto* cmd = app.add_subcommand("bench-op", "Time a fused op against the composite it replaces and ATen");
+  cmd->add_option("NAME", args->options.op, "silu | swish | se_gate")
+      ->required()
+      ->check(CLI::IsMember(bench::benchmarked_ops()));
+  cmd->add_option("--numel", args->options.numel, "elements per tensor (se_gate: [16, C, 56, 56] of about that size)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", args->options.threads, "intra-op threads (0: all cores)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--rounds", args->options.rounds, "timed rounds, each variant once per round")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--warmup", args->options.warmup, "untimed rounds first")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  cmd->add_option("--json", args->json, "also write the result as JSON to FILE");
+  cmd->add_flag("--force", args->force, "replace an existing --json file");
+
+  return [cmd, args]() {
+    if (!cmd->parsed()) return -1;
+    if (isatty(fileno(stderr))) {
+      args->options.on_round = [](int r, int n) {
+        std::fprintf(stderr, "\r  round %d/%d ", r + 1, n);
+        if (r + 1 == n) std::fprintf(stderr, "\r%20s\r", "");
+      };
+    }
+    if (!args->json.empty() && !args->force && std::filesystem::exists(args->json))
+      throw std::runtime_error(fmt::format("{}: already exists (pass --force to replace it)", args->json));
+    const auto result = bench::bench_op(args->options);
+    std::fputs(report::format_op_bench(result).c_str(), stdout);
+    if (!args->json.empty()) report::write_json(args->json, report::op_bench_json(result), args->force);
+    return 0;
+  };
+}
+
+}  // namespace opfuse::cli

@@ -1,0 +1,14 @@
+// Each subcommand registers its options on the app and returns the function that runs it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace opfuse::cli {
+
+using Run = std::function<int()>;
+
+Run add_bench_op(CLI::App& app);
+
+}  // namespace opfuse::cli
