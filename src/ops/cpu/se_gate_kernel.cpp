@@ -3,6 +3,7 @@
 //   forward   y     = x · s[n,c]
 //   backward  dx    = dy · s[n,c]
 //             dgate = s(1 − s) · Σ_hw dy·x      (the reduction rides along the dx pass)
+//             with s(1 − s) taken as sigmoid(g)·sigmoid(−g), exact where s rounds to 1
 // Each (n, c) sum is owned by one task and summed in a fixed order, so the result does not
 // depend on the thread count.
 #include <ATen/Dispatch.h>
@@ -168,6 +169,12 @@ std::vector<A> gate_sigmoid(const at::Tensor& gate) {
   return s;
 }
 
+// sigmoid'(g) = sigmoid(g)·sigmoid(−g): unlike s(1 − s) it does not cancel when s → 1.
+template <typename A, typename T>
+A sigmoid_derivative(T g) {
+  return sigmoid(A(g)) * sigmoid(-A(g));
+}
+
 template <typename T>
 constexpr bool has_avx2_loops = !std::is_same_v<T, double>;
 
@@ -205,8 +212,9 @@ void se_gate_backward_kernel(const at::Tensor& dy, const at::Tensor& x, const at
       }
     }
     if (!done) backward<ScalarLoops<scalar_t, A>>(g, dyp, xp, s.data(), dxp, sum.data());
+    const scalar_t* gp = gate.data_ptr<scalar_t>();
     scalar_t* dg = dgate.data_ptr<scalar_t>();
-    for (size_t i = 0; i < s.size(); ++i) dg[i] = scalar_t(s[i] * (A(1) - s[i]) * sum[i]);
+    for (size_t i = 0; i < s.size(); ++i) dg[i] = scalar_t(sigmoid_derivative<A>(gp[i]) * sum[i]);
   });
 }
 

@@ -1,0 +1,61 @@
+// Shared helpers for the operator tests: fresh random data and elementwise comparison
+// against a float64 reference with an explicit per-element tolerance.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <random>
+
+#include "ops/cpu/capability.h"
+
+namespace opfuse::testing {
+
+// Seeds torch from the OS so every run sees new data; the seed is logged on failure.
+inline uint64_t fresh_seed() {
+  const uint64_t seed = std::random_device{}();
+  torch::manual_seed(seed);
+  return seed;
+}
+
+// Asserts |actual − reference| ≤ tolerance elementwise (NaN must meet NaN), reporting the
+// worst element. reference and tolerance are float64.
+inline void expect_close(const at::Tensor& actual, const at::Tensor& reference, const at::Tensor& tolerance,
+                         const std::string& what) {
+  ASSERT_EQ(actual.sizes(), reference.sizes()) << what;
+  const at::Tensor a = actual.to(torch::kDouble).reshape({-1});
+  const at::Tensor r = reference.reshape({-1});
+  const at::Tensor t = tolerance.expand_as(reference).reshape({-1});
+  const at::Tensor nan_mismatch = a.isnan() != r.isnan();
+  EXPECT_EQ(nan_mismatch.sum().item<int64_t>(), 0) << what << ": NaN where the reference has none, or vice versa";
+  const at::Tensor both_finite = a.isfinite() & r.isfinite();
+  const at::Tensor inf_mismatch = (~both_finite) & (~a.isnan()) & (a != r);
+  EXPECT_EQ(inf_mismatch.sum().item<int64_t>(), 0) << what << ": infinities differ";
+  const at::Tensor excess = torch::where(both_finite, (a - r).abs() - t, torch::zeros_like(a));
+  if (excess.numel() == 0) return;
+  const int64_t worst = excess.argmax().item<int64_t>();
+  EXPECT_LE(excess[worst].item<double>(), 0.0)
+      << what << ": element " << worst << " is " << a[worst].item<double>() << ", reference "
+      << r[worst].item<double>() << ", tolerance " << t[worst].item<double>();
+}
+
+// Runs the test body on each CPU path this machine has.
+inline std::vector<cpu::Capability> capabilities() {
+  std::vector<cpu::Capability> caps{cpu::Capability::scalar};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) caps.push_back(cpu::Capability::avx2);
+  return caps;
+}
+
+struct CapabilityScope {
+  explicit CapabilityScope(cpu::Capability c) : saved(cpu::cpu_capability()) { cpu::set_cpu_capability(c); }
+  ~CapabilityScope() { cpu::set_cpu_capability(saved); }
+  cpu::Capability saved;
+};
+
+struct ThreadScope {
+  explicit ThreadScope(int n) : saved(at::get_num_threads()) { at::set_num_threads(n); }
+  ~ThreadScope() { at::set_num_threads(saved); }
+  int saved;
+};
+
+}  // namespace opfuse::testing

@@ -1,0 +1,74 @@
+"""The Python face of the opfuse operators: torch.ops.load_library, then torch.ops.opfuse.*.
+
+Runs with Debian's /usr/bin/python3 and python3-torch (the setup script installs both); the
+library path comes from OPFUSE_OPS_LIBRARY (set by CTest) or the default build folder.
+"""
+import os
+import pathlib
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="this python3 has no torch: run with /usr/bin/python3 (python3-torch)")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+LIBRARY = os.environ.get("OPFUSE_OPS_LIBRARY", str(ROOT / "build" / "src" / "ops" / "libopfuse_ops.so"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def load_ops():
+    if not os.path.exists(LIBRARY):
+        pytest.fail(f"{LIBRARY}: not built (run scripts/build.sh first)")
+    torch.ops.load_library(LIBRARY)
+
+
+def test_silu_forward_and_backward_match_float64():
+    x = (torch.randn(10007) * 4).requires_grad_()
+    g = torch.randn(10007)
+    y = torch.ops.opfuse.silu(x)
+    y.backward(g)
+    xd = x.detach().double().requires_grad_()
+    yd = xd * torch.sigmoid(xd)
+    yd.backward(g.double())
+    assert torch.all((y.double() - yd).abs() <= 2.4e-7 * yd.abs() + 1e-30)
+    assert torch.all((x.grad.double() - xd.grad).abs() <= 1e-6 * g.double().abs() * (1 + xd.abs()))
+
+
+def test_gradcheck_float64():
+    x = torch.randn(40, dtype=torch.double, requires_grad=True)
+    assert torch.autograd.gradcheck(torch.ops.opfuse.silu, (x,))
+    assert torch.autograd.gradcheck(lambda v: torch.ops.opfuse.swish(v, 1.702), (x,))
+    xs = torch.randn(2, 3, 4, 5, dtype=torch.double, requires_grad=True)
+    gate = torch.randn(2, 3, 1, 1, dtype=torch.double, requires_grad=True)
+    assert torch.autograd.gradcheck(torch.ops.opfuse.se_gate, (xs, gate))
+
+
+def test_swish_default_beta_is_silu():
+    x = torch.randn(333)
+    assert torch.equal(torch.ops.opfuse.swish(x), torch.ops.opfuse.silu(x))
+
+
+def test_se_gate_channels_last_keeps_layout():
+    x = torch.randn(2, 40, 6, 6).contiguous(memory_format=torch.channels_last)
+    gate = torch.randn(2, 40, 1, 1)
+    y = torch.ops.opfuse.se_gate(x, gate)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    ref = x.double() * torch.sigmoid(gate.double())
+    assert torch.all((y.double() - ref).abs() <= 2.4e-7 * ref.abs() + 1e-37)
+
+
+def test_torchscript_sees_the_op_and_its_backward():
+    @torch.jit.script
+    def block(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        return torch.ops.opfuse.se_gate(torch.ops.opfuse.silu(x), gate)
+
+    assert "opfuse::silu" in str(block.graph)
+    x = torch.randn(2, 4, 5, 5, dtype=torch.double, requires_grad=True)
+    gate = torch.randn(2, 4, 1, 1, dtype=torch.double, requires_grad=True)
+    assert torch.autograd.gradcheck(block, (x, gate))
+
+
+def test_bad_input_is_a_runtime_error_naming_the_op():
+    with pytest.raises(RuntimeError, match="opfuse::swish: x must be float32, float64 or bfloat16"):
+        torch.ops.opfuse.silu(torch.arange(4))
+    with pytest.raises(RuntimeError, match=r"gate must have shape \[2, 3, 1, 1\]"):
+        torch.ops.opfuse.se_gate(torch.randn(2, 3, 4, 4), torch.randn(2, 3, 4, 1))
