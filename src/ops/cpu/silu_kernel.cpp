@@ -11,27 +11,30 @@
 namespace opfuse::cpu {
 namespace {
 
+// beta is kept in both precisions so the 8-lane loop does not convert it per vector.
 struct SwishForward {
   double beta;
+  float beta_f = float(beta);
   template <typename A>
   A scalar(A x) const {
     return x * sigmoid(A(beta) * x);
   }
   OPFUSE_AVX2 __m256 vec(__m256 x) const {
-    const __m256 b = _mm256_set1_ps(float(beta));
+    const __m256 b = _mm256_set1_ps(beta_f);
     return x * sigmoid8(b * x);
   }
 };
 
 struct SwishBackward {
   double beta;
+  float beta_f = float(beta);
   template <typename A>
   A scalar(A dy, A x) const {
     const A s = sigmoid(A(beta) * x);
     return dy * (s * (A(1) + A(beta) * x * (A(1) - s)));
   }
   OPFUSE_AVX2 __m256 vec(__m256 dy, __m256 x) const {
-    const __m256 b = _mm256_set1_ps(float(beta));
+    const __m256 b = _mm256_set1_ps(beta_f);
     const __m256 one = _mm256_set1_ps(1.0f);
     const __m256 s = sigmoid8(b * x);
     return dy * (s * (one + b * x * (one - s)));
@@ -42,13 +45,13 @@ struct SwishBackward {
 
 void swish_forward_kernel(at::TensorIteratorBase& iter, double beta) {
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, iter.common_dtype(), "opfuse::swish", [&] {
-    run_elementwise<scalar_t, 1>(iter, SwishForward{beta});
+    run_elementwise<scalar_t, 1>(iter, SwishForward{beta, float(beta)});
   });
 }
 
 void swish_backward_kernel(at::TensorIteratorBase& iter, double beta) {
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, iter.common_dtype(), "opfuse::swish_backward", [&] {
-    run_elementwise<scalar_t, 2>(iter, SwishBackward{beta});
+    run_elementwise<scalar_t, 2>(iter, SwishBackward{beta, float(beta)});
   });
 }
 
