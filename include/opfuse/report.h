@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "opfuse/bench.h"
+#include "opfuse/train.h"
 
 namespace opfuse::report {
 
@@ -17,6 +18,14 @@ std::string format_table(const Row& header, const std::vector<Row>& rows);
 
 std::string format_op_bench(const bench::OpBenchResult& result);
 nlohmann::json op_bench_json(const bench::OpBenchResult& result);
+
+nlohmann::json train_json(const train::TrainResult& result);
+// One per-step line in the reference's style: current (running mean) of time, data time, loss.
+std::string format_step(const train::StepRecord& step, int total, double mean_step_ms, double mean_data_ms,
+                        double mean_loss);
+std::string format_train_summary(const train::TrainResult& result);
+std::string format_compare(const train::CompareResult& result, int batch_size, int steps);
+nlohmann::json compare_json(const train::CompareResult& result);
 
 // Writes JSON to path; refuses (std::runtime_error naming the file) to replace an existing
 // file unless overwrite is set.

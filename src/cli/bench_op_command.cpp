@@ -1,10 +1,10 @@
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "opfuse/bench.h"
 #include "opfuse/report.h"
 
@@ -42,15 +42,12 @@ Run add_bench_op(CLI::App& app) {
 
   return [cmd, args]() {
     if (!cmd->parsed()) return -1;
-    if (isatty(fileno(stderr))) {
-      args->options.on_round = [](int r, int n) {
-        std::fprintf(stderr, "\r  round %d/%d ", r + 1, n);
-        if (r + 1 == n) std::fprintf(stderr, "\r%20s\r", "");
-      };
-    }
+    auto progress = std::make_shared<Progress>("bench-op " + args->options.op);
+    args->options.on_round = [progress](int r, int n) { progress->update(r, n); };
     if (!args->json.empty() && !args->force && std::filesystem::exists(args->json))
       throw std::runtime_error(fmt::format("{}: already exists (pass --force to replace it)", args->json));
     const auto result = bench::bench_op(args->options);
+    progress->clear();
     std::fputs(report::format_op_bench(result).c_str(), stdout);
     if (!args->json.empty()) report::write_json(args->json, report::op_bench_json(result), args->force);
     return 0;

@@ -10,5 +10,6 @@ namespace opfuse::cli {
 using Run = std::function<int()>;
 
 Run add_bench_op(CLI::App& app);
+Run add_train(CLI::App& app);
 
 }  // namespace opfuse::cli

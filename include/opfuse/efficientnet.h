@@ -1,0 +1,110 @@
+// EfficientNet-B0…B7 in LibTorch, faithful to the reference implementation
+// (lukemelas/efficientnet_pytorch): block strings, compound scaling, TF "SAME" static padding,
+// BN momentum 0.01 / eps 1e-3, drop connect — and parameter names as in its state_dict.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+
+#include <string>
+#include <vector>
+
+namespace opfuse::models {
+
+// How Swish is computed; switchable on a built model, as the reference's set_swish.
+enum class SwishKind { memory_efficient, composite, aten, fused };
+// How the squeeze-and-excitation tail sigmoid(s) · x is computed.
+enum class SeGateKind { composite, fused };
+
+SwishKind parse_swish_kind(const std::string& name);  // throws std::invalid_argument
+std::string to_string(SwishKind kind);
+const std::vector<std::string>& swish_kind_names();
+
+// One "r1_k3_s11_e1_i32_o16_se0.25" block string, decoded.
+struct BlockArgs {
+  int num_repeat = 1, kernel_size = 3, stride = 1, expand_ratio = 1;
+  int input_filters = 0, output_filters = 0;
+  double se_ratio = 0;  // 0: no squeeze-and-excitation
+  bool id_skip = true;
+};
+BlockArgs decode_block_string(const std::string& block);  // throws std::invalid_argument
+
+struct GlobalParams {
+  double width = 1.0, depth = 1.0;
+  int image_size = 224;
+  double dropout_rate = 0.2;
+  int num_classes = 1000;
+  double batch_norm_momentum = 0.01, batch_norm_epsilon = 1e-3;
+  double drop_connect_rate = 0.2;
+  int depth_divisor = 8;
+};
+
+// efficientnet-b0 … efficientnet-b7 (width, depth, resolution, dropout); throws for other names.
+GlobalParams efficientnet_params(const std::string& model_name, int num_classes = 1000);
+const std::vector<std::string>& efficientnet_names();
+int round_filters(int filters, const GlobalParams& p);
+int round_repeats(int repeats, const GlobalParams& p);
+
+// Conv2d whose padding is fixed at construction from the image size, as TF's "SAME":
+// total padding max((⌈i/s⌉ − 1)·s + k − i, 0), the odd pixel going to the bottom/right.
+class Conv2dStaticSamePaddingImpl : public torch::nn::Module {
+ public:
+  Conv2dStaticSamePaddingImpl(int in, int out, int kernel, int stride, int groups, bool bias, int image_size);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight, bias;
+
+ private:
+  int64_t stride_, groups_;
+  std::vector<int64_t> padding_;  // left, right, top, bottom
+};
+TORCH_MODULE(Conv2dStaticSamePadding);
+
+class SwishImpl : public torch::nn::Module {
+ public:
+  explicit SwishImpl(SwishKind kind = SwishKind::memory_efficient) : kind(kind) {}
+  at::Tensor forward(const at::Tensor& x);
+  SwishKind kind;
+};
+TORCH_MODULE(Swish);
+
+class MBConvBlockImpl : public torch::nn::Module {
+ public:
+  MBConvBlockImpl(const BlockArgs& args, const GlobalParams& p, int image_size);
+  at::Tensor forward(const at::Tensor& inputs, double drop_connect_rate);
+  at::Tensor squeeze_excite(const at::Tensor& x);
+  BlockArgs args;
+  SeGateKind se_gate = SeGateKind::composite;
+  Conv2dStaticSamePadding _expand_conv{nullptr}, _depthwise_conv{nullptr}, _se_reduce{nullptr},
+      _se_expand{nullptr}, _project_conv{nullptr};
+  torch::nn::BatchNorm2d _bn0{nullptr}, _bn1{nullptr}, _bn2{nullptr};
+  Swish _swish{nullptr};
+};
+TORCH_MODULE(MBConvBlock);
+
+class EfficientNetImpl : public torch::nn::Module {
+ public:
+  EfficientNetImpl(const std::vector<BlockArgs>& blocks, const GlobalParams& p);
+  at::Tensor forward(const at::Tensor& x);
+  void set_swish(SwishKind kind);
+  void set_se_gate(SeGateKind kind);
+  int64_t parameter_count() const;
+  GlobalParams params;
+  Conv2dStaticSamePadding _conv_stem{nullptr}, _conv_head{nullptr};
+  torch::nn::BatchNorm2d _bn0{nullptr}, _bn1{nullptr};
+  torch::nn::ModuleList _blocks;
+  torch::nn::Dropout _dropout{nullptr};
+  torch::nn::Linear _fc{nullptr};
+  Swish _swish{nullptr};
+};
+TORCH_MODULE(EfficientNet);
+
+// The B0 block strings; every variant scales them.
+const std::vector<std::string>& efficientnet_block_strings();
+
+// Builds efficientnet-bN; image_size 0 means the variant's own resolution.
+EfficientNet make_efficientnet(const std::string& model_name, int num_classes = 1000, int image_size = 0);
+
+}  // namespace opfuse::models

@@ -1,0 +1,63 @@
+// Training a built-in model and measuring its throughput the way the reference's script does:
+// per-step time, data time and loss; steady-state images/s with the warm-up excluded.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace opfuse::train {
+
+struct TrainOptions {
+  std::string model = "efficientnet-b0";
+  std::string swish = "memory-efficient";  // memory-efficient | composite | aten | fused
+  std::string se_gate = "composite";       // composite | fused
+  int image_size = 0;                      // 0: the model's own resolution
+  int batch_size = 16;
+  int steps = 20;   // timed steps, after the warm-up
+  int warmup = 3;
+  std::string optimizer = "sgd";  // sgd | rmsprop
+  double lr = 0.01;
+  int threads = 0;  // 0: all cores
+  uint64_t seed = 0;
+  int num_classes = 1000;
+  std::string data;  // image folder; empty: synthetic
+};
+
+struct StepRecord {
+  int step = 0;  // 1-based, warm-up steps included
+  bool warmup = false;
+  double step_ms = 0, data_ms = 0, loss = 0;
+};
+
+struct TrainResult {
+  std::string model, swish, se_gate, data;
+  int64_t parameters = 0;
+  int image_size = 0, batch_size = 0, steps = 0, threads = 0;
+  double images_per_sec = 0;  // timed steps only
+  double step_ms_median = 0;
+  double loss_first = 0, loss_last = 0;
+  double peak_rss_mb = 0;
+  std::vector<StepRecord> records;
+};
+
+// Throws std::invalid_argument for bad options or data (the message names the file).
+// on_step sees every step as it finishes, for progress and per-step lines.
+TrainResult train(const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step = {});
+
+struct CompareResult {
+  std::vector<std::string> variants;             // swish kinds, first is the baseline
+  std::vector<std::vector<double>> images_per_sec;  // [variant][round]
+  std::vector<double> median;                    // per variant
+  std::vector<double> ratio;                     // median / baseline median
+};
+
+// Alternates the Swish variants in one process, `rounds` rounds of options.steps timed steps
+// each (after one warm-up per variant), every model built from the same seed.
+CompareResult compare(const TrainOptions& options, const std::vector<std::string>& variants, int rounds,
+                      const std::function<void(int round, int rounds)>& on_round = {});
+
+double peak_rss_mb();
+
+}  // namespace opfuse::train

@@ -1,0 +1,101 @@
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "opfuse/efficientnet.h"
+#include "opfuse/report.h"
+#include "opfuse/train.h"
+
+namespace opfuse::cli {
+namespace {
+
+struct TrainArgs {
+  train::TrainOptions options;
+  std::string compare, json;
+  int rounds = 5;
+  int print_freq = 1;
+  bool force = false;
+};
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, ',');)
+    if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+
+int run_train(TrainArgs& a) {
+  Progress progress("train");
+  const int total = a.options.warmup + a.options.steps;
+  double sum_step = 0, sum_data = 0, sum_loss = 0;
+  auto on_step = [&](const train::StepRecord& s) {
+    sum_step += s.step_ms;
+    sum_data += s.data_ms;
+    sum_loss += s.loss;
+    if (s.step % a.print_freq == 0 || s.step == total) {
+      progress.clear();
+      std::fputs(report::format_step(s, total, sum_step / s.step, sum_data / s.step, sum_loss / s.step).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    progress.update(s.step, total);
+  };
+  const train::TrainResult result = train::train(a.options, on_step);
+  progress.clear();
+  std::fputs(report::format_train_summary(result).c_str(), stdout);
+  if (!a.json.empty()) report::write_json(a.json, report::train_json(result), a.force);
+  return 0;
+}
+
+int run_compare(TrainArgs& a) {
+  Progress progress("compare");
+  const auto variants = split_commas(a.compare);
+  const train::CompareResult result =
+      train::compare(a.options, variants, a.rounds, [&](int r, int n) { progress.update(r, n); });
+  progress.clear();
+  std::fputs(report::format_compare(result, a.options.batch_size, a.options.steps).c_str(), stdout);
+  if (!a.json.empty()) report::write_json(a.json, report::compare_json(result), a.force);
+  return 0;
+}
+
+}  // namespace
+
+Run add_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  auto& o = a->options;
+  auto* cmd = app.add_subcommand("train", "Train a built-in model and report images/s");
+  cmd->add_option("--model", o.model, "efficientnet-b0 … efficientnet-b7")->capture_default_str();
+  cmd->add_option("--swish", o.swish, "memory-efficient | composite | aten | fused")->capture_default_str();
+  cmd->add_option("--se-gate", o.se_gate, "squeeze-excitation tail: composite | fused")->capture_default_str();
+  cmd->add_option("--image-size", o.image_size, "input resolution (default: the model's own)");
+  cmd->add_option("--batch-size", o.batch_size, "images per step")->capture_default_str();
+  cmd->add_option("--steps", o.steps, "timed steps after the warm-up")->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
+  cmd->add_option("--optimizer", o.optimizer, "sgd | rmsprop")->capture_default_str();
+  cmd->add_option("--lr", o.lr, "learning rate")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "intra-op threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "seed for initialization and synthetic data")->capture_default_str();
+  cmd->add_option("--num-classes", o.num_classes, "classes of synthetic data (an image folder has its own)")
+      ->capture_default_str();
+  cmd->add_option("--data", o.data, "image folder, one subfolder per class (default: synthetic data)");
+  cmd->add_option("--print-freq", a->print_freq, "print every N steps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--compare", a->compare,
+                  "alternate these Swish variants in one run, e.g. memory-efficient,aten,fused (first is the baseline)");
+  cmd->add_option("--rounds", a->rounds, "rounds for --compare")->capture_default_str();
+  cmd->add_option("--json", a->json, "also write the result as JSON to FILE");
+  cmd->add_flag("--force", a->force, "replace an existing --json file");
+
+  return [cmd, a]() {
+    if (!cmd->parsed()) return -1;
+    if (!a->json.empty() && !a->force && std::filesystem::exists(a->json))
+      throw std::invalid_argument(fmt::format("{}: already exists (pass --force to replace it)", a->json));
+    return a->compare.empty() ? run_train(*a) : run_compare(*a);
+  };
+}
+
+}  // namespace opfuse::cli

@@ -1,0 +1,171 @@
+// The training loop behind `opfuse train`.
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+
+#include "opfuse/data.h"
+#include "opfuse/efficientnet.h"
+#include "opfuse/train.h"
+
+namespace opfuse::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> xs) {
+  if (xs.empty()) return 0;
+  std::sort(xs.begin(), xs.end());
+  const size_t n = xs.size();
+  return n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
+}
+
+void validate(const TrainOptions& o) {
+  models::efficientnet_params(o.model);  // throws for an unknown model
+  models::parse_swish_kind(o.swish);
+  if (o.se_gate != "composite" && o.se_gate != "fused")
+    throw std::invalid_argument(fmt::format("unknown se-gate '{}' (expected composite or fused)", o.se_gate));
+  if (o.image_size != 0 && o.image_size < 32)
+    throw std::invalid_argument(fmt::format("--image-size {} is below the minimum of 32", o.image_size));
+  if (o.batch_size < 1) throw std::invalid_argument("--batch-size must be at least 1");
+  if (o.steps < 1) throw std::invalid_argument("--steps must be at least 1");
+  if (o.warmup < 0) throw std::invalid_argument("--warmup must be 0 or more");
+  if (o.num_classes < 1) throw std::invalid_argument("--num-classes must be at least 1");
+  if (!(o.lr > 0)) throw std::invalid_argument("--lr must be positive");
+  if (o.optimizer != "sgd" && o.optimizer != "rmsprop")
+    throw std::invalid_argument(fmt::format("unknown optimizer '{}' (expected sgd or rmsprop)", o.optimizer));
+}
+
+// The reference's ImageNet recipes: SGD with momentum 0.9, or RMSprop as in the TF training
+// (decay 0.9, momentum 0.9, eps 1e-3); weight decay 1e-5 for both.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, models::EfficientNet& model) {
+  if (o.optimizer == "rmsprop")
+    return std::make_unique<torch::optim::RMSprop>(
+        model->parameters(), torch::optim::RMSpropOptions(o.lr).alpha(0.9).momentum(0.9).eps(1e-3).weight_decay(1e-5));
+  return std::make_unique<torch::optim::SGD>(model->parameters(),
+                                             torch::optim::SGDOptions(o.lr).momentum(0.9).weight_decay(1e-5));
+}
+
+struct Session {
+  models::EfficientNet model{nullptr};
+  std::unique_ptr<data::BatchSource> source;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  int image_size = 0;
+};
+
+Session open_session(const TrainOptions& o, const std::string& swish) {
+  Session s;
+  s.image_size = o.image_size > 0 ? o.image_size : models::efficientnet_params(o.model).image_size;
+  s.source = o.data.empty() ? data::synthetic_source(o.batch_size, s.image_size, o.num_classes, o.seed)
+                            : data::image_folder_source(o.data, o.batch_size, s.image_size, o.seed);
+  torch::manual_seed(o.seed);
+  s.model = models::make_efficientnet(o.model, static_cast<int>(s.source->num_classes()), s.image_size);
+  s.model->set_swish(models::parse_swish_kind(swish));
+  s.model->set_se_gate(o.se_gate == "fused" ? models::SeGateKind::fused : models::SeGateKind::composite);
+  s.model->train();
+  s.optimizer = make_optimizer(o, s.model);
+  return s;
+}
+
+StepRecord run_step(Session& s) {
+  StepRecord r;
+  const auto start = Clock::now();
+  const data::Batch batch = s.source->next();
+  r.data_ms = ms_since(start);
+  s.optimizer->zero_grad();
+  at::Tensor loss = torch::nn::functional::cross_entropy(s.model->forward(batch.images), batch.labels);
+  loss.backward();
+  s.optimizer->step();
+  r.loss = loss.item<double>();
+  r.step_ms = ms_since(start);
+  return r;
+}
+
+void set_threads(int threads) {
+  at::set_num_threads(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+double peak_rss_mb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;  // Linux reports kilobytes
+}
+
+TrainResult train(const TrainOptions& o, const std::function<void(const StepRecord&)>& on_step) {
+  validate(o);
+  set_threads(o.threads);
+  Session s = open_session(o, o.swish);
+
+  TrainResult result;
+  result.model = o.model;
+  result.swish = o.swish;
+  result.se_gate = o.se_gate;
+  result.data = s.source->describe();
+  result.parameters = s.model->parameter_count();
+  result.image_size = s.image_size;
+  result.batch_size = o.batch_size;
+  result.steps = o.steps;
+  result.threads = at::get_num_threads();
+
+  double timed_ms = 0;
+  std::vector<double> timed;
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    StepRecord r = run_step(s);
+    r.step = i + 1;
+    r.warmup = i < o.warmup;
+    if (!r.warmup) {
+      timed_ms += r.step_ms;
+      timed.push_back(r.step_ms);
+    }
+    result.records.push_back(r);
+    if (on_step) on_step(r);
+  }
+  result.images_per_sec = o.batch_size * o.steps / (timed_ms / 1000.0);
+  result.step_ms_median = median(timed);
+  result.loss_first = result.records.front().loss;
+  result.loss_last = result.records.back().loss;
+  result.peak_rss_mb = peak_rss_mb();
+  return result;
+}
+
+CompareResult compare(const TrainOptions& o, const std::vector<std::string>& variants, int rounds,
+                      const std::function<void(int, int)>& on_round) {
+  validate(o);
+  if (variants.empty()) throw std::invalid_argument("--compare needs at least one variant");
+  if (rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
+  for (const auto& v : variants) models::parse_swish_kind(v);
+  set_threads(o.threads);
+
+  std::vector<Session> sessions;
+  for (const auto& v : variants) sessions.push_back(open_session(o, v));
+  for (auto& s : sessions)
+    for (int i = 0; i < std::max(1, o.warmup); ++i) run_step(s);
+
+  CompareResult result;
+  result.variants = variants;
+  result.images_per_sec.resize(variants.size());
+  for (int r = 0; r < rounds; ++r) {
+    if (on_round) on_round(r, rounds);
+    for (size_t v = 0; v < sessions.size(); ++v) {
+      double ms = 0;
+      for (int i = 0; i < o.steps; ++i) ms += run_step(sessions[v]).step_ms;
+      result.images_per_sec[v].push_back(o.batch_size * o.steps / (ms / 1000.0));
+    }
+  }
+  for (const auto& samples : result.images_per_sec) result.median.push_back(median(samples));
+  for (double m : result.median) result.ratio.push_back(m / result.median.front());
+  return result;
+}
+
+}  // namespace opfuse::train
