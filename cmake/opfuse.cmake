@@ -19,4 +19,11 @@ function(opfuse_target name)
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/include
                                      PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_precompile_headers(${name} REUSE_FROM opfuse_pch)
+  # The shared header is compiled -fPIC; GCC refuses it under -fPIE (-Winvalid-pch), so
+  # executables are compiled -fPIC too (they still link as PIE).
+  get_target_property(type ${name} TYPE)
+  if(type STREQUAL "EXECUTABLE")
+    set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE OFF)
+    target_compile_options(${name} PRIVATE -fPIC)
+  endif()
 endfunction()

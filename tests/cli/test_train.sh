@@ -1,0 +1,46 @@
+#!/bin/sh
+# opfuse train end to end: a tiny run with its JSON, --compare, and one-line errors with exit 2.
+set -eu
+opfuse="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$opfuse" train --help | grep -q -- --swish
+
+"$opfuse" train --image-size 32 --batch-size 2 --steps 2 --warmup 1 --num-classes 10 --swish fused \
+  --se-gate fused --json "$tmp/train.json" > "$tmp/train.txt"
+grep -q "images/s" "$tmp/train.txt"
+grep -q "^Step: \[3/3\]" "$tmp/train.txt"
+/usr/bin/python3 - "$tmp/train.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for key in ("model", "parameters", "swish", "image_size", "batch_size", "steps", "images_per_sec",
+            "step_ms_median", "loss_first", "loss_last", "peak_rss_mb"):
+    assert key in r, key
+assert r["model"] == "efficientnet-b0" and r["swish"] == "fused" and r["steps"] == 2
+assert r["parameters"] == 5288548 - (1000 - 10) * 1281  # the fc layer shrinks with 10 classes
+assert r["images_per_sec"] > 0 and r["peak_rss_mb"] > 0
+PY
+
+"$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 \
+  --compare memory-efficient,fused --rounds 2 > "$tmp/compare.txt"
+grep -q "vs memory-efficient" "$tmp/compare.txt"
+
+expect_usage_error() {
+  if "$opfuse" "$@" > "$tmp/out" 2> "$tmp/err"; then echo "expected failure: $*"; exit 1; else code=$?; fi
+  [ "$code" -eq 2 ] || { echo "exit $code, expected 2: $*"; cat "$tmp/err"; exit 1; }
+  [ "$(wc -l < "$tmp/err")" -eq 1 ] || { echo "error is not one line: $*"; cat "$tmp/err"; exit 1; }
+}
+expect_usage_error train --model efficientnet-b9
+expect_usage_error train --image-size 31
+expect_usage_error train --batch-size 0
+expect_usage_error train --swish relu
+expect_usage_error train --data "$tmp/missing"
+mkdir -p "$tmp/empty"
+expect_usage_error train --data "$tmp/empty"
+mkdir -p "$tmp/bad/cat"
+head -c 4096 /dev/urandom > "$tmp/bad/cat/broken.jpg"
+expect_usage_error train --data "$tmp/bad" --image-size 32 --batch-size 1 --steps 1 --warmup 0
+grep -q "broken.jpg" "$tmp/err"
+expect_usage_error train --steps 1 --json "$tmp/train.json"
+echo ok
