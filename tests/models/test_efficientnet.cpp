@@ -135,7 +135,7 @@ TEST(EfficientNet, TwentySgdStepsGiveTheSameLossesWithFusedOps) {
     model->to(torch::kDouble);
     model->set_swish(variant == 0 ? SwishKind::memory_efficient : SwishKind::fused);
     model->set_se_gate(variant == 0 ? SeGateKind::composite : SeGateKind::fused);
-    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
     for (int step = 0; step < 20; ++step) {
       torch::manual_seed(100 + step);  // same dropout and drop-connect masks
       sgd.zero_grad();

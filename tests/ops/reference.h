@@ -41,8 +41,9 @@ inline void expect_close(const at::Tensor& actual, const at::Tensor& reference, 
 
 // Runs the test body on each CPU path this machine has.
 inline std::vector<cpu::Capability> capabilities() {
-  std::vector<cpu::Capability> caps{cpu::Capability::scalar};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) caps.push_back(cpu::Capability::avx2);
+  std::vector<cpu::Capability> caps;
+  for (auto c : {cpu::Capability::scalar, cpu::Capability::avx2, cpu::Capability::avx512})
+    if (c <= cpu::best_cpu_capability()) caps.push_back(c);
   return caps;
 }
 

@@ -27,6 +27,13 @@ Bound bound_for(at::ScalarType t) {
   return {2.4e-7, 0, 1e-6};
 }
 
+at::Tensor swish_backward(const at::Tensor& grad, const at::Tensor& x, double beta) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("opfuse::swish_backward", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
+  return op.call(grad, x, beta);
+}
+
 at::Tensor run_swish(const at::Tensor& x, double beta) {
   return beta == 1.0 ? opfuse::silu(x) : opfuse::swish(x, beta);
 }
@@ -166,6 +173,21 @@ TEST(Silu, OneThreadEqualsTwoThreads) {
     const auto one = run(1), two = run(2);
     EXPECT_TRUE(torch::equal(one.first, two.first)) << c10::toString(dtype);
     EXPECT_TRUE(torch::equal(one.second, two.second)) << c10::toString(dtype);
+  }
+}
+
+TEST(Silu, SixteenLanesGiveTheSameBitsAsEight) {
+  if (cpu::best_cpu_capability() < cpu::Capability::avx512) GTEST_SKIP() << "this CPU has no AVX-512";
+  SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const at::Tensor x = (torch::randn({100003}) * 8).to(dtype), g = torch::randn({100003}).to(dtype);
+    auto run = [&](cpu::Capability c) {
+      CapabilityScope scope(c);
+      return std::make_pair(opfuse::swish(x, 1.702), swish_backward(g, x, 1.702));
+    };
+    const auto eight = run(cpu::Capability::avx2), sixteen = run(cpu::Capability::avx512);
+    EXPECT_TRUE(torch::equal(eight.first, sixteen.first)) << c10::toString(dtype);
+    EXPECT_TRUE(torch::equal(eight.second, sixteen.second)) << c10::toString(dtype);
   }
 }
 

@@ -188,7 +188,7 @@ void se_gate_forward_kernel(const at::Tensor& x, const at::Tensor& gate, at::Ten
     const scalar_t* xp = x.data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
     if constexpr (has_avx2_loops<scalar_t>) {
-      if (cpu_capability() == Capability::avx2) return forward<Avx2Loops<scalar_t>>(g, xp, s.data(), op);
+      if (cpu_capability() != Capability::scalar) return forward<Avx2Loops<scalar_t>>(g, xp, s.data(), op);
     }
     forward<ScalarLoops<scalar_t, A>>(g, xp, s.data(), op);
   });
@@ -206,7 +206,7 @@ void se_gate_backward_kernel(const at::Tensor& dy, const at::Tensor& x, const at
     scalar_t* dxp = dx.data_ptr<scalar_t>();
     bool done = false;
     if constexpr (has_avx2_loops<scalar_t>) {
-      if (cpu_capability() == Capability::avx2) {
+      if (cpu_capability() != Capability::scalar) {
         backward<Avx2Loops<scalar_t>>(g, dyp, xp, s.data(), dxp, sum.data());
         done = true;
       }

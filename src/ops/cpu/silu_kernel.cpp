@@ -23,6 +23,10 @@ struct SwishForward {
     const __m256 b = _mm256_set1_ps(beta_f);
     return x * sigmoid8(b * x);
   }
+  OPFUSE_AVX512 __m512 vec(__m512 x) const {
+    const __m512 b = _mm512_set1_ps(beta_f);
+    return x * sigmoid16(b * x);
+  }
 };
 
 struct SwishBackward {
@@ -37,6 +41,12 @@ struct SwishBackward {
     const __m256 b = _mm256_set1_ps(beta_f);
     const __m256 one = _mm256_set1_ps(1.0f);
     const __m256 s = sigmoid8(b * x);
+    return dy * (s * (one + b * x * (one - s)));
+  }
+  OPFUSE_AVX512 __m512 vec(__m512 dy, __m512 x) const {
+    const __m512 b = _mm512_set1_ps(beta_f);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 s = sigmoid16(b * x);
     return dy * (s * (one + b * x * (one - s)));
   }
 };
