@@ -2,7 +2,7 @@
 # Installs everything opfuse needs on a fresh Debian 12 machine, from Debian's packages only.
 # Skips apt entirely when all packages are already there.
 set -eu
-packages="cmake ninja-build g++ libtorch-dev python3-torch python3-pytest libsimdjson-dev
+packages="cmake ninja-build g++ pkg-config libtorch-dev python3-torch python3-pytest libsimdjson-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev zlib1g-dev googletest libgtest-dev
   libbenchmark-dev libturbojpeg0-dev libpng-dev"
 missing=""
