@@ -75,7 +75,12 @@ class MBConvBlockImpl : public torch::nn::Module {
   MBConvBlockImpl(const BlockArgs& args, const GlobalParams& p, int image_size);
   at::Tensor forward(const at::Tensor& inputs, double drop_connect_rate);
   at::Tensor squeeze_excite(const at::Tensor& x);
+  // Names the profiler scopes after the module's path in the model, e.g. "_blocks.3".
+  void set_path(const std::string& path);
   BlockArgs args;
+  struct ScopeNames {
+    std::string block, expand_conv, bn0, depthwise_conv, bn1, se, swish, project_conv, bn2;
+  } scope;
   SeGateKind se_gate = SeGateKind::composite;
   Conv2dStaticSamePadding _expand_conv{nullptr}, _depthwise_conv{nullptr}, _se_reduce{nullptr},
       _se_expand{nullptr}, _project_conv{nullptr};

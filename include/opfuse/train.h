@@ -23,6 +23,8 @@ struct TrainOptions {
   uint64_t seed = 0;
   int num_classes = 1000;
   std::string data;  // image folder; empty: synthetic
+  std::string profile;    // write a trace of extra steps after the timed ones (.json or .json.gz)
+  int profile_steps = 2;
 };
 
 struct StepRecord {
@@ -40,6 +42,7 @@ struct TrainResult {
   double loss_first = 0, loss_last = 0;
   double peak_rss_mb = 0;
   std::vector<StepRecord> records;
+  size_t profile_events = 0;  // events written to options.profile
 };
 
 // Throws std::invalid_argument for bad options or data (the message names the file).

@@ -48,6 +48,9 @@ int run_train(TrainArgs& a) {
   const train::TrainResult result = train::train(a.options, on_step);
   progress.clear();
   std::fputs(report::format_train_summary(result).c_str(), stdout);
+  if (!a.options.profile.empty())
+    std::fprintf(stdout, "profile          %s (%zu events, %d steps)\n", a.options.profile.c_str(), result.profile_events,
+                 a.options.profile_steps);
   if (!a.json.empty()) report::write_json(a.json, report::train_json(result), a.force);
   return 0;
 }
@@ -87,13 +90,16 @@ Run add_train(CLI::App& app) {
   cmd->add_option("--compare", a->compare,
                   "alternate these Swish variants in one run, e.g. memory-efficient,aten,fused (first is the baseline)");
   cmd->add_option("--rounds", a->rounds, "rounds for --compare")->capture_default_str();
+  cmd->add_option("--profile", o.profile, "write a Chrome trace (Kineto layout) of extra steps to FILE (.gz: gzipped)");
+  cmd->add_option("--profile-steps", o.profile_steps, "steps to profile, after the timed ones")->capture_default_str();
   cmd->add_option("--json", a->json, "also write the result as JSON to FILE");
   cmd->add_flag("--force", a->force, "replace an existing --json file");
 
   return [cmd, a]() {
     if (!cmd->parsed()) return -1;
-    if (!a->json.empty() && !a->force && std::filesystem::exists(a->json))
-      throw std::invalid_argument(fmt::format("{}: already exists (pass --force to replace it)", a->json));
+    for (const std::string* out : {&a->json, &a->options.profile})
+      if (!out->empty() && !a->force && std::filesystem::exists(*out))
+        throw std::invalid_argument(fmt::format("{}: already exists (pass --force to replace it)", *out));
     return a->compare.empty() ? run_train(*a) : run_compare(*a);
   };
 }

@@ -11,6 +11,7 @@
 
 #include "opfuse/models.h"
 #include "opfuse/ops.h"
+#include "opfuse/profile.h"
 
 namespace opfuse::models {
 namespace {
@@ -164,18 +165,40 @@ MBConvBlockImpl::MBConvBlockImpl(const BlockArgs& a, const GlobalParams& p, int 
   _swish = register_module("_swish", Swish());
 }
 
+// Each submodule call runs inside a profiler scope named by its path (free when no profiler runs).
+template <typename F>
+at::Tensor in_scope(const std::string& name, F&& f) {
+  profile::Scope scope(name);
+  return f();
+}
+
+void MBConvBlockImpl::set_path(const std::string& path) {
+  scope = {path, path + "._expand_conv", path + "._bn0", path + "._depthwise_conv", path + "._bn1",
+           path + ".squeeze_excitation", path + "._swish", path + "._project_conv", path + "._bn2"};
+}
+
 at::Tensor MBConvBlockImpl::squeeze_excite(const at::Tensor& x) {
+  profile::Scope se(scope.se);
   at::Tensor squeezed = torch::adaptive_avg_pool2d(x, {1, 1});
-  squeezed = _se_expand->forward(_swish->forward(_se_reduce->forward(squeezed)));
+  squeezed = _se_reduce->forward(squeezed);
+  squeezed = in_scope(scope.swish, [&] { return _swish->forward(squeezed); });
+  squeezed = _se_expand->forward(squeezed);
   return se_gate == SeGateKind::fused ? opfuse::se_gate(x, squeezed) : composite_se_gate(x, squeezed);
 }
 
 at::Tensor MBConvBlockImpl::forward(const at::Tensor& inputs, double drop_connect_rate) {
+  profile::Scope block(scope.block);
+  auto swish = [&](const at::Tensor& t) { return in_scope(scope.swish, [&] { return _swish->forward(t); }); };
   at::Tensor x = inputs;
-  if (_expand_conv) x = _swish->forward(_bn0->forward(_expand_conv->forward(x)));
-  x = _swish->forward(_bn1->forward(_depthwise_conv->forward(x)));
+  if (_expand_conv) {
+    x = in_scope(scope.expand_conv, [&] { return _expand_conv->forward(x); });
+    x = swish(in_scope(scope.bn0, [&] { return _bn0->forward(x); }));
+  }
+  x = in_scope(scope.depthwise_conv, [&] { return _depthwise_conv->forward(x); });
+  x = swish(in_scope(scope.bn1, [&] { return _bn1->forward(x); }));
   if (_se_reduce) x = squeeze_excite(x);
-  x = _bn2->forward(_project_conv->forward(x));
+  x = in_scope(scope.project_conv, [&] { return _project_conv->forward(x); });
+  x = in_scope(scope.bn2, [&] { return _bn2->forward(x); });
   if (args.id_skip && args.stride == 1 && args.input_filters == args.output_filters) {
     if (drop_connect_rate > 0) x = drop_connect(x, drop_connect_rate, is_training());
     x = x + inputs;
@@ -201,6 +224,9 @@ EfficientNetImpl::EfficientNetImpl(const std::vector<BlockArgs>& blocks, const G
     a.stride = 1;
     for (int r = 1; r < a.num_repeat; ++r) _blocks->push_back(MBConvBlock(a, p, image_size));
   }
+  for (size_t i = 0; i < _blocks->size(); ++i) {
+    _blocks[i]->as<MBConvBlock>()->set_path("_blocks." + std::to_string(i));
+  }
 
   const int head_in = blocks.empty() ? stem_out : round_filters(blocks.back().output_filters, p);
   const int head_out = round_filters(1280, p);
@@ -212,15 +238,19 @@ EfficientNetImpl::EfficientNetImpl(const std::vector<BlockArgs>& blocks, const G
 }
 
 at::Tensor EfficientNetImpl::forward(const at::Tensor& input) {
-  at::Tensor x = _swish->forward(_bn0->forward(_conv_stem->forward(input)));
+  at::Tensor x = in_scope("_conv_stem", [&] { return _conv_stem->forward(input); });
+  x = in_scope("_bn0", [&] { return _bn0->forward(x); });
+  x = in_scope("_swish", [&] { return _swish->forward(x); });
   const size_t n = _blocks->size();
   for (size_t i = 0; i < n; ++i) {
     const double rate = params.drop_connect_rate * static_cast<double>(i) / n;
     x = _blocks[i]->as<MBConvBlock>()->forward(x, rate);
   }
-  x = _swish->forward(_bn1->forward(_conv_head->forward(x)));
+  x = in_scope("_conv_head", [&] { return _conv_head->forward(x); });
+  x = in_scope("_bn1", [&] { return _bn1->forward(x); });
+  x = in_scope("_swish", [&] { return _swish->forward(x); });
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
-  return _fc->forward(_dropout->forward(x));
+  return in_scope("_fc", [&] { return _fc->forward(_dropout->forward(x)); });
 }
 
 void EfficientNetImpl::set_swish(SwishKind kind) {

@@ -1,0 +1,40 @@
+// A profiler for LibTorch builds without Kineto (Debian's): RecordFunction observers collect
+// every operator, backward node and user scope, and a writer streams them as a Chrome trace in
+// PyTorch's Kineto layout (cpu_op / user_annotation events, fwdbwd flows), gzipped for *.gz.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace opfuse::profile {
+
+// Opens a user scope (cat "user_annotation") while it lives, e.g. a module path or
+// "ProfilerStep#3"; ops inside carry the innermost module path as "Module Hierarchy".
+// Costs one branch when no profiler is running.
+class Scope {
+ public:
+  explicit Scope(const std::string& name);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  void* guard_ = nullptr;
+};
+
+// One process-wide session (RecordFunction's callbacks are global).
+class Profiler {
+ public:
+  Profiler();  // throws std::logic_error if another profiler is running
+  ~Profiler();
+  void start();
+  void stop();
+  size_t event_count() const;
+  // Streams the trace to path (gzip when it ends in .gz); metadata goes to the top-level
+  // "opfuse" object. Throws std::runtime_error naming the file on I/O failure.
+  void write(const std::string& path, const nlohmann::json& metadata) const;
+};
+
+}  // namespace opfuse::profile
