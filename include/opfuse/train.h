@@ -61,6 +61,16 @@ struct CompareResult {
 CompareResult compare(const TrainOptions& options, const std::vector<std::string>& variants, int rounds,
                       const std::function<void(int round, int rounds)>& on_round = {});
 
+struct OverheadResult {
+  double plain_ms = 0, profiled_ms = 0;  // median step time
+  double overhead = 0;                   // profiled / plain − 1
+  size_t events_per_step = 0;
+};
+
+// The profiler's cost: one model, rounds alternating options.steps plain and options.steps
+// profiled steps (shapes recorded, nothing written), median step time of each.
+OverheadResult profiler_overhead(const TrainOptions& options, int rounds);
+
 double peak_rss_mb();
 
 }  // namespace opfuse::train

@@ -20,6 +20,7 @@ struct TrainArgs {
   int rounds = 5;
   int print_freq = 1;
   bool force = false;
+  bool profile_overhead = false;
 };
 
 std::vector<std::string> split_commas(const std::string& text) {
@@ -89,7 +90,9 @@ Run add_train(CLI::App& app) {
   cmd->add_option("--print-freq", a->print_freq, "print every N steps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--compare", a->compare,
                   "alternate these Swish variants in one run, e.g. memory-efficient,aten,fused (first is the baseline)");
-  cmd->add_option("--rounds", a->rounds, "rounds for --compare")->capture_default_str();
+  cmd->add_flag("--profile-overhead", a->profile_overhead,
+                "benchmark: alternate plain and profiled steps, report the profiler's cost");
+  cmd->add_option("--rounds", a->rounds, "rounds for --compare and --profile-overhead")->capture_default_str();
   cmd->add_option("--profile", o.profile, "write a Chrome trace (Kineto layout) of extra steps to FILE (.gz: gzipped)");
   cmd->add_option("--profile-steps", o.profile_steps, "steps to profile, after the timed ones")->capture_default_str();
   cmd->add_option("--json", a->json, "also write the result as JSON to FILE");
@@ -100,6 +103,12 @@ Run add_train(CLI::App& app) {
     for (const std::string* out : {&a->json, &a->options.profile})
       if (!out->empty() && !a->force && std::filesystem::exists(*out))
         throw std::invalid_argument(fmt::format("{}: already exists (pass --force to replace it)", *out));
+    if (a->profile_overhead) {
+      const train::OverheadResult r = train::profiler_overhead(a->options, a->rounds);
+      std::printf("plain step     %.1f ms (median)\nprofiled step  %.1f ms (median, %zu events per step)\n"
+                  "overhead       %+.1f %%\n", r.plain_ms, r.profiled_ms, r.events_per_step, 100 * r.overhead);
+      return 0;
+    }
     return a->compare.empty() ? run_train(*a) : run_compare(*a);
   };
 }

@@ -198,4 +198,43 @@ CompareResult compare(const TrainOptions& o, const std::vector<std::string>& var
   return result;
 }
 
+OverheadResult profiler_overhead(const TrainOptions& o, int rounds) {
+  validate(o);
+  if (rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
+  set_threads(o.threads);
+  Session s = open_session(o, o.swish);
+  for (int i = 0; i < std::max(1, o.warmup); ++i) run_step(s);
+  std::vector<double> plain, profiled;
+  size_t events = 0;
+  auto run_plain = [&] {
+    for (int i = 0; i < o.steps; ++i) plain.push_back(run_step(s).step_ms);
+  };
+  auto run_profiled = [&] {
+    profile::Profiler profiler;
+    profiler.start();
+    for (int i = 0; i < o.steps; ++i) {
+      profile::Scope step("ProfilerStep#" + std::to_string(i));
+      profiled.push_back(run_step(s).step_ms);
+    }
+    profiler.stop();
+    events = profiler.event_count() / o.steps;
+  };
+  // The order flips every round so neither variant always runs first.
+  for (int r = 0; r < rounds; ++r) {
+    if (r % 2 == 0) {
+      run_plain();
+      run_profiled();
+    } else {
+      run_profiled();
+      run_plain();
+    }
+  }
+  OverheadResult result;
+  result.plain_ms = median(plain);
+  result.profiled_ms = median(profiled);
+  result.overhead = result.profiled_ms / result.plain_ms - 1;
+  result.events_per_step = events;
+  return result;
+}
+
 }  // namespace opfuse::train

@@ -23,6 +23,14 @@ assert r["images_per_sec"] > 0 and r["peak_rss_mb"] > 0
 PY
 
 "$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 \
+  --profile "$tmp/trace.json.gz" --profile-steps 1 > "$tmp/profile.txt"
+grep -q "profile .*trace.json.gz" "$tmp/profile.txt"
+gzip -t "$tmp/trace.json.gz"
+# An existing trace is not replaced without --force.
+expect_exists_error() { ! "$opfuse" "$@" > /dev/null 2>&1; }
+expect_exists_error train --steps 1 --profile "$tmp/trace.json.gz"
+
+"$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 \
   --compare memory-efficient,fused --rounds 2 > "$tmp/compare.txt"
 grep -q "vs memory-efficient" "$tmp/compare.txt"
 
