@@ -12,6 +12,7 @@
 
 #include "opfuse/bench.h"
 #include "opfuse/models.h"
+#include "opfuse/stats.h"
 #include "opfuse/ops.h"
 #include "ops/cpu/capability.h"
 
@@ -80,12 +81,6 @@ double time_step(const Case& c, const Variant& v) {
   const auto start = Clock::now();
   v.forward().backward(c.grad_output);
   return elapsed_ms(start);
-}
-
-double median(std::vector<double> xs) {
-  std::sort(xs.begin(), xs.end());
-  const size_t n = xs.size();
-  return n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
 }
 
 std::string shape_string(at::IntArrayRef sizes) {

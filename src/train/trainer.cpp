@@ -14,6 +14,7 @@
 #include "opfuse/data.h"
 #include "opfuse/efficientnet.h"
 #include "opfuse/profile.h"
+#include "opfuse/stats.h"
 #include "opfuse/train.h"
 
 namespace opfuse::train {
@@ -23,13 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-double median(std::vector<double> xs) {
-  if (xs.empty()) return 0;
-  std::sort(xs.begin(), xs.end());
-  const size_t n = xs.size();
-  return n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
 }
 
 void validate(const TrainOptions& o) {
