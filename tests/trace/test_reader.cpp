@@ -1,0 +1,167 @@
+// The trace reader on real traces from other projects (tests/data/traces, with their licences),
+// on hand-written edge cases, and on thousands of corrupted inputs.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "opfuse/trace.h"
+
+namespace opfuse::trace {
+namespace {
+
+const std::string kData = OPFUSE_TEST_DATA "/traces/";
+
+size_t count_phase(const Trace& t, char phase) {
+  size_t n = 0;
+  for (const Event& e : t.events) n += e.phase == phase;
+  return n;
+}
+
+size_t count_named(const Trace& t, const std::string& name) {
+  size_t n = 0;
+  for (const Event& e : t.events) n += t.name(e) == name;
+  return n;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(Reader, ReadsEveryDialectOfTheSampleTraces) {
+  struct Case { const char* file; Dialect dialect; size_t events, complete; };
+  for (const Case& c : std::vector<Case>{{"ascend_style_sample.json", Dialect::ascend, 334, 202},
+                                         {"kineto_backward_thread.json", Dialect::kineto, 7, 7},
+                                         {"kineto_compare_base.json.gz", Dialect::kineto, 33, 33},
+                                         {"kineto_compare_test.json.gz", Dialect::kineto, 34, 34},
+                                         {"kineto_cpu_only.json.gz", Dialect::kineto, 18, 16},
+                                         {"kineto_rocm_minitoy.json.gz", Dialect::kineto, 160, 113}}) {
+    const Trace t = read_trace(kData + c.file);
+    EXPECT_EQ(t.dialect, c.dialect) << c.file;
+    EXPECT_EQ(t.events.size(), c.events) << c.file;
+    EXPECT_EQ(count_phase(t, 'X'), c.complete) << c.file;
+  }
+}
+
+TEST(Reader, KeepsSequenceNumbersAndExternalIds) {
+  const Trace t = read_trace(kData + "kineto_backward_thread.json");
+  int found = 0;
+  for (const Event& e : t.events) {
+    if (t.name(e) != "AddmmBackward0") continue;
+    ++found;
+    EXPECT_EQ(e.sequence_nr, 714649);
+    EXPECT_EQ(e.external_id, 67243);
+    EXPECT_EQ(e.tid, 24922);
+  }
+  EXPECT_EQ(found, 1);
+}
+
+TEST(Reader, AscendDecimalStringTimestampsKeepTheirFractions) {
+  const Trace t = read_trace(kData + "ascend_style_sample.json");
+  EXPECT_EQ(t.process_names.size() >= 3, true);
+  std::vector<double> ts;
+  for (const Event& e : t.events)
+    if (e.phase == 'X') ts.push_back(e.ts);
+  ASSERT_GE(ts.size(), 2u);
+  EXPECT_DOUBLE_EQ(ts[0], 0.0);    // "1704161511420000.000", the origin
+  EXPECT_DOUBLE_EQ(ts[1], 12.0);   // "1704161511420012.000"
+  bool quarter = false;            // "…420043.750" → 43.75 exactly, not rounded by a 1.7e15 double
+  for (double v : ts) quarter |= v == 43.75;
+  EXPECT_TRUE(quarter);
+  EXPECT_EQ(count_named(t, "aten::sigmoid"), 6u);
+}
+
+TEST(Reader, ArrayAndObjectFormsAndStringIds) {
+  const std::string array = R"([{"ph":"X","name":"aten::mul","pid":"CPU functions","tid":"stream 7","ts":10.5,"dur":2,"args":{}},
+                                {"ph":"X","name":"aten::add","pid":"CPU functions","tid":"stream 7","ts":13,"dur":1}])";
+  const Trace a = parse_trace(array, "array.json");
+  ASSERT_EQ(a.events.size(), 2u);
+  EXPECT_EQ(a.dialect, Dialect::legacy_profiler);
+  EXPECT_LT(a.events[0].tid, 0);
+  EXPECT_EQ(a.strings[-1 - a.events[0].tid], "stream 7");
+  EXPECT_DOUBLE_EQ(a.events[1].ts - a.events[0].ts, 2.5);
+
+  const Trace o = parse_trace(R"({"displayTimeUnit":"ms","opfuse":{"model":"m"},"traceEvents":[
+      {"ph":"M","name":"thread_name","pid":1,"tid":3,"args":{"name":"main"}},
+      {"ph":"X","cat":"cpu_op","name":"opfuse::silu","pid":1,"tid":3,"ts":1,"dur":4,
+       "args":{"Module Hierarchy":"_blocks.0._swish","Sequence number":7}}]})",
+                              "object.json");
+  EXPECT_EQ(o.dialect, Dialect::opfuse);
+  ASSERT_EQ(o.events.size(), 1u);
+  EXPECT_EQ(o.strings[o.events[0].module], "_blocks.0._swish");
+  EXPECT_EQ(o.events[0].sequence_nr, 7);
+  EXPECT_EQ(o.thread_names.at(3), "main");
+
+  const Trace old = parse_trace(R"([{"ph":"X","cat":"Operator","name":"aten::conv2d","pid":1,"tid":"1","ts":1,"dur":1},
+                                    {"ph":"X","cat":"Kernel","name":"k","pid":0,"tid":"stream 7","ts":2,"dur":1,
+                                     "args":{"correlation":5,"external id":9}}])",
+                                "old.json");
+  EXPECT_EQ(old.dialect, Dialect::kineto_legacy_1_8);
+  EXPECT_EQ(old.events[1].correlation, 5);
+  EXPECT_EQ(old.events[1].external_id, 9);
+}
+
+void expect_error_with_offset(const std::string& json, const std::string& what) {
+  try {
+    parse_trace(json, "bad.json");
+    ADD_FAILURE() << what << ": no error";
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("bad.json: ", 0), 0u) << message;
+    EXPECT_NE(message.find("at byte "), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+TEST(Reader, MalformedInputIsAnErrorNamingFileAndOffset) {
+  expect_error_with_offset("", "empty");
+  expect_error_with_offset("{", "open brace");
+  expect_error_with_offset(R"({"traceEvents": [{"ph":"X","name":"a","ts":1,"dur":1},)", "truncated");
+  expect_error_with_offset(R"({"other": 1})", "no traceEvents");
+  expect_error_with_offset(R"([{"ph":"X","name":"a","ts":1,"dur":-5}])", "negative dur");
+  expect_error_with_offset(R"([{"ph":"X","name":"a","ts":"abc","dur":1}])", "bad timestamp");
+  expect_error_with_offset(R"([1, 2])", "events that are not objects");
+  EXPECT_THROW(read_trace(kData + "no_such_file.json"), std::invalid_argument);
+}
+
+// Corrupted copies of a real trace: every one either parses or throws invalid_argument —
+// never a crash, a hang or another exception type.
+TEST(Reader, FuzzedInputNeverCrashes) {
+  for (const char* file : {"kineto_backward_thread.json", "ascend_style_sample.json"}) {
+  SCOPED_TRACE(file);
+  const std::string original = slurp(kData + file);
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int parsed = 0, rejected = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string s = original;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < edits; ++k) {
+      const size_t at = rng() % s.size();
+      switch (rng() % 3) {
+        case 0: s[at] = static_cast<char>(rng()); break;
+        case 1: s.erase(at, 1 + rng() % 16); break;
+        case 2: s.resize(at); break;
+      }
+      if (s.empty()) s = "[";
+    }
+    try {
+      parse_trace(s, "fuzz.json");
+      ++parsed;
+    } catch (const std::invalid_argument&) {
+      ++rejected;
+    }
+  }
+  EXPECT_EQ(parsed + rejected, 3000);
+  EXPECT_GT(rejected, 1000);
+  }
+}
+
+}  // namespace
+}  // namespace opfuse::trace
