@@ -29,6 +29,8 @@ class Profiler {
  public:
   Profiler();  // throws std::logic_error if another profiler is running
   ~Profiler();
+  Profiler(const Profiler&) = delete;
+  Profiler& operator=(const Profiler&) = delete;
   void start();
   void stop();
   size_t event_count() const;

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     }
     return fail("no command given (see opfuse --help)");
   } catch (const std::invalid_argument& e) {
-    return fail(e.what());
+    return fail(first_line(e.what()));
   } catch (const c10::Error& e) {
     return fail(first_line(e.what_without_backtrace()));
   } catch (const std::exception& e) {

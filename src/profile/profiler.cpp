@@ -27,6 +27,7 @@ struct Context : at::ObserverContext {
 // Each thread appends to its own buffer; the registry only takes a lock when a thread first
 // records, so the observers never contend.
 struct ThreadBuffer {
+  std::mutex mutex;  // uncontended while recording; taken by write/event_count/clear
   uint64_t tid = 0;
   std::vector<Event> events;
   std::vector<std::string> modules;  // open module scopes, innermost last
@@ -114,6 +115,8 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* base) {
   e.input_types = std::move(ctx->types);
   if (e.kind == EventKind::user_annotation && !b.modules.empty() && b.modules.back() == e.name) b.modules.pop_back();
   if (!b.modules.empty()) e.module = b.modules.back();
+  // An op that began before stop() still ends here afterwards, perhaps while write() reads.
+  std::lock_guard<std::mutex> lock(b.mutex);
   b.events.push_back(std::move(e));
 }
 
@@ -132,8 +135,8 @@ Profiler::Profiler() {
   if (claimed.exchange(true)) throw std::logic_error("another opfuse profiler is already running");
   std::lock_guard<std::mutex> lock(registry_mutex);
   for (auto& b : registry()) {
+    std::lock_guard<std::mutex> buffer_lock(b->mutex);
     b->events.clear();
-    b->modules.clear();
   }
 }
 
@@ -159,17 +162,24 @@ void Profiler::stop() {
 size_t Profiler::event_count() const {
   std::lock_guard<std::mutex> lock(registry_mutex);
   size_t n = 0;
-  for (const auto& b : registry()) n += b->events.size();
+  for (const auto& b : registry()) {
+    std::lock_guard<std::mutex> buffer_lock(b->mutex);
+    n += b->events.size();
+  }
   return n;
 }
 
 void Profiler::write(const std::string& path, const nlohmann::json& metadata) const {
-  std::vector<const Event*> events;
+  std::vector<Event> copy;  // a snapshot, so late events cannot move what is being written
   {
     std::lock_guard<std::mutex> lock(registry_mutex);
-    for (const auto& b : registry())
-      for (const auto& e : b->events) events.push_back(&e);
+    for (const auto& b : registry()) {
+      std::lock_guard<std::mutex> buffer_lock(b->mutex);
+      copy.insert(copy.end(), b->events.begin(), b->events.end());
+    }
   }
+  std::vector<const Event*> events;
+  for (const auto& e : copy) events.push_back(&e);
   write_trace(path, events, metadata);
 }
 

@@ -45,7 +45,9 @@ class Sink {
   FILE* file_ = nullptr;
 };
 
-std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
+std::string quoted(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 const char* category(EventKind k) { return k == EventKind::user_annotation ? "user_annotation" : "cpu_op"; }
 
@@ -91,7 +93,7 @@ void write_trace(const std::string& path, const std::vector<const Event*>& unsor
   const int pid = static_cast<int>(getpid());
 
   Sink out(path);
-  out.put("{\n\"schemaVersion\": 1,\n\"displayTimeUnit\": \"ms\",\n\"opfuse\": " + metadata.dump() +
+  out.put("{\n\"schemaVersion\": 1,\n\"displayTimeUnit\": \"ms\",\n\"opfuse\": " + metadata.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
           ",\n\"traceEvents\": [\n");
   out.put(fmt::format("{{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": {}, \"tid\": 0, \"args\": {{\"name\": \"opfuse\"}}}}", pid));
   std::map<uint64_t, bool> threads;

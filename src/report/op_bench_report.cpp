@@ -46,7 +46,8 @@ void write_json(const std::string& path, const nlohmann::json& value, bool overw
     throw std::runtime_error(fmt::format("{}: already exists (pass --force to replace it)", path));
   std::ofstream out(path);
   if (!out) throw std::runtime_error(fmt::format("{}: cannot open for writing", path));
-  out << value.dump(2) << "\n";
+  // Invalid UTF-8 (say, in a path) is replaced rather than losing the whole result.
+  out << value.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   if (!out) throw std::runtime_error(fmt::format("{}: write failed", path));
 }
 

@@ -34,8 +34,8 @@ void validate(const TrainOptions& o) {
   if (o.image_size != 0 && o.image_size < 32)
     throw std::invalid_argument(fmt::format("--image-size {} is below the minimum of 32", o.image_size));
   if (o.batch_size < 1) throw std::invalid_argument("--batch-size must be at least 1");
-  if (o.steps < 1) throw std::invalid_argument("--steps must be at least 1");
-  if (o.warmup < 0) throw std::invalid_argument("--warmup must be 0 or more");
+  if (o.steps < 1 || o.steps > 1'000'000) throw std::invalid_argument("--steps must be between 1 and 1000000");
+  if (o.warmup < 0 || o.warmup > 1'000'000) throw std::invalid_argument("--warmup must be between 0 and 1000000");
   if (o.num_classes < 1) throw std::invalid_argument("--num-classes must be at least 1");
   if (!(o.lr > 0)) throw std::invalid_argument("--lr must be positive");
   if (!o.profile.empty() && o.profile_steps < 1) throw std::invalid_argument("--profile-steps must be at least 1");
@@ -154,7 +154,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const StepReco
     result.records.push_back(r);
     if (on_step) on_step(r);
   }
-  result.images_per_sec = o.batch_size * o.steps / (timed_ms / 1000.0);
+  result.images_per_sec = static_cast<double>(o.batch_size) * o.steps / (timed_ms / 1000.0);
   result.step_ms_median = median(timed);
   result.loss_first = result.records.front().loss;
   result.loss_last = result.records.back().loss;
@@ -184,7 +184,7 @@ CompareResult compare(const TrainOptions& o, const std::vector<std::string>& var
     for (size_t v = 0; v < sessions.size(); ++v) {
       double ms = 0;
       for (int i = 0; i < o.steps; ++i) ms += run_step(sessions[v]).step_ms;
-      result.images_per_sec[v].push_back(o.batch_size * o.steps / (ms / 1000.0));
+      result.images_per_sec[v].push_back(static_cast<double>(o.batch_size) * o.steps / (ms / 1000.0));
     }
   }
   for (const auto& samples : result.images_per_sec) result.median.push_back(median(samples));

@@ -26,9 +26,6 @@ PY
   --profile "$tmp/trace.json.gz" --profile-steps 1 > "$tmp/profile.txt"
 grep -q "profile .*trace.json.gz" "$tmp/profile.txt"
 gzip -t "$tmp/trace.json.gz"
-# An existing trace is not replaced without --force.
-expect_exists_error() { ! "$opfuse" "$@" > /dev/null 2>&1; }
-expect_exists_error train --steps 1 --profile "$tmp/trace.json.gz"
 
 "$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 \
   --compare memory-efficient,fused --rounds 2 > "$tmp/compare.txt"
@@ -51,4 +48,8 @@ head -c 4096 /dev/urandom > "$tmp/bad/cat/broken.jpg"
 expect_usage_error train --data "$tmp/bad" --image-size 32 --batch-size 1 --steps 1 --warmup 0
 grep -q "broken.jpg" "$tmp/err"
 expect_usage_error train --steps 1 --json "$tmp/train.json"
+grep -q "already exists" "$tmp/err"
+# An existing trace is not replaced without --force either.
+expect_usage_error train --steps 1 --profile "$tmp/trace.json.gz"
+grep -q "already exists" "$tmp/err"
 echo ok
