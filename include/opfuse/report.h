@@ -27,7 +27,11 @@ std::string format_train_summary(const train::TrainResult& result);
 std::string format_compare(const train::CompareResult& result, int batch_size, int steps);
 nlohmann::json compare_json(const train::CompareResult& result);
 
-// Writes JSON to path; refuses (std::runtime_error naming the file) to replace an existing
+// Throws std::invalid_argument "PATH: already exists (pass --force …)" unless overwrite is set
+// or PATH does not exist; commands call it before a long run, write_json again before writing.
+void refuse_overwrite(const std::string& path, bool overwrite);
+
+// Writes JSON to path; refuses to replace an existing
 // file unless overwrite is set.
 void write_json(const std::string& path, const nlohmann::json& value, bool overwrite);
 

@@ -44,8 +44,7 @@ Run add_bench_op(CLI::App& app) {
     if (!cmd->parsed()) return -1;
     auto progress = std::make_shared<Progress>("bench-op " + args->options.op);
     args->options.on_round = [progress](int r, int n) { progress->update(r, n); };
-    if (!args->json.empty() && !args->force && std::filesystem::exists(args->json))
-      throw std::runtime_error(fmt::format("{}: already exists (pass --force to replace it)", args->json));
+    if (!args->json.empty()) report::refuse_overwrite(args->json, args->force);
     const auto result = bench::bench_op(args->options);
     progress->clear();
     std::fputs(report::format_op_bench(result).c_str(), stdout);

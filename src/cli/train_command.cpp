@@ -1,7 +1,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <sstream>
 
@@ -101,8 +100,7 @@ Run add_train(CLI::App& app) {
   return [cmd, a]() {
     if (!cmd->parsed()) return -1;
     for (const std::string* out : {&a->json, &a->options.profile})
-      if (!out->empty() && !a->force && std::filesystem::exists(*out))
-        throw std::invalid_argument(fmt::format("{}: already exists (pass --force to replace it)", *out));
+      if (!out->empty()) report::refuse_overwrite(*out, a->force);
     if (a->profile_overhead) {
       const train::OverheadResult r = train::profiler_overhead(a->options, a->rounds);
       std::printf("plain step     %.1f ms (median)\nprofiled step  %.1f ms (median, %zu events per step)\n"

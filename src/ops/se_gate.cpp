@@ -6,6 +6,7 @@
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
+#include "ops/dispatch.h"
 #include "ops/cpu/kernels.h"
 
 namespace opfuse {
@@ -55,17 +56,12 @@ std::tuple<at::Tensor, at::Tensor> se_gate_backward_cpu(const at::Tensor& grad, 
 }
 
 auto se_gate_op() {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("opfuse::se_gate", "")
-                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  static auto op = find_op<at::Tensor(const at::Tensor&, const at::Tensor&)>("opfuse::se_gate");
   return op;
 }
 
 auto se_gate_backward_op() {
-  static auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("opfuse::se_gate_backward", "")
-          .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  static auto op = find_op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&)>("opfuse::se_gate_backward");
   return op;
 }
 

@@ -7,6 +7,7 @@
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
+#include "ops/dispatch.h"
 #include "ops/cpu/kernels.h"
 
 namespace opfuse {
@@ -39,30 +40,22 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 auto silu_backward_op() {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("opfuse::silu_backward", "")
-                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  static auto op = find_op<at::Tensor(const at::Tensor&, const at::Tensor&)>("opfuse::silu_backward");
   return op;
 }
 
 auto swish_backward_op() {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("opfuse::swish_backward", "")
-                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
+  static auto op = find_op<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("opfuse::swish_backward");
   return op;
 }
 
 auto silu_op() {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("opfuse::silu", "")
-                       .typed<at::Tensor(const at::Tensor&)>();
+  static auto op = find_op<at::Tensor(const at::Tensor&)>("opfuse::silu");
   return op;
 }
 
 auto swish_op() {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("opfuse::swish", "")
-                       .typed<at::Tensor(const at::Tensor&, double)>();
+  static auto op = find_op<at::Tensor(const at::Tensor&, double)>("opfuse::swish");
   return op;
 }
 

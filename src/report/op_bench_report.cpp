@@ -41,9 +41,13 @@ nlohmann::json op_bench_json(const bench::OpBenchResult& r) {
           {"copy_gbps", r.copy_gbps}};
 }
 
-void write_json(const std::string& path, const nlohmann::json& value, bool overwrite) {
+void refuse_overwrite(const std::string& path, bool overwrite) {
   if (!overwrite && std::filesystem::exists(path))
-    throw std::runtime_error(fmt::format("{}: already exists (pass --force to replace it)", path));
+    throw std::invalid_argument(fmt::format("{}: already exists (pass --force to replace it)", path));
+}
+
+void write_json(const std::string& path, const nlohmann::json& value, bool overwrite) {
+  refuse_overwrite(path, overwrite);
   std::ofstream out(path);
   if (!out) throw std::runtime_error(fmt::format("{}: cannot open for writing", path));
   // Invalid UTF-8 (say, in a path) is replaced rather than losing the whole result.

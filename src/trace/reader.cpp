@@ -123,12 +123,9 @@ struct Reader {
 };
 
 bool has_category(const Trace& t, std::initializer_list<const char*> names) {
-  for (const char* n : names) {
-    for (size_t i = 0; i < t.strings.size(); ++i)
-      if (t.strings[i] == n)
-        for (const Event& e : t.events)
-          if (e.category == i) return true;
-  }
+  for (const Event& e : t.events)
+    for (const char* n : names)
+      if (t.strings[e.category] == n) return true;
   return false;
 }
 

@@ -96,14 +96,21 @@ void set_threads(int threads) {
 
 namespace {
 
+// count steps, each inside a "ProfilerStep#N" scope; the caller runs the profiler.
+std::vector<double> run_profiled_steps(Session& s, int count, int first_step) {
+  std::vector<double> step_ms;
+  for (int i = 0; i < count; ++i) {
+    profile::Scope step("ProfilerStep#" + std::to_string(first_step + i));
+    step_ms.push_back(run_step(s).step_ms);
+  }
+  return step_ms;
+}
+
 // Profiled steps run after the timed ones so the profiler's cost never reaches images/s.
 size_t profile_steps(const TrainOptions& o, Session& s, int first_step) {
   profile::Profiler profiler;
   profiler.start();
-  for (int i = 0; i < o.profile_steps; ++i) {
-    profile::Scope step("ProfilerStep#" + std::to_string(first_step + i));
-    run_step(s);
-  }
+  run_profiled_steps(s, o.profile_steps, first_step);
   profiler.stop();
   const nlohmann::json metadata{{"opfuse_version", "0.1.0"},
                                 {"torch_version", TORCH_VERSION},
@@ -206,11 +213,9 @@ OverheadResult profiler_overhead(const TrainOptions& o, int rounds) {
   auto run_profiled = [&] {
     profile::Profiler profiler;
     profiler.start();
-    for (int i = 0; i < o.steps; ++i) {
-      profile::Scope step("ProfilerStep#" + std::to_string(i));
-      profiled.push_back(run_step(s).step_ms);
-    }
+    const std::vector<double> step_ms = run_profiled_steps(s, o.steps, 1);
     profiler.stop();
+    profiled.insert(profiled.end(), step_ms.begin(), step_ms.end());
     events = profiler.event_count() / o.steps;
   };
   // The order flips every round so neither variant always runs first.

@@ -4,6 +4,7 @@ set -eu
 opfuse="$1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
 
 "$opfuse" --help | grep -q bench-op
 "$opfuse" bench-op --help | grep -q -- --numel
@@ -21,11 +22,6 @@ assert set(r["ms"]) == {"reference", "aten", "opfuse"} and all(v > 0 for v in r[
 PY
 done
 
-expect_usage_error() {
-  if "$opfuse" "$@" > "$tmp/out" 2> "$tmp/err"; then echo "expected failure: $*"; exit 1; else code=$?; fi
-  [ "$code" -eq 2 ] || { echo "exit $code, expected 2: $*"; exit 1; }
-  [ "$(wc -l < "$tmp/err")" -eq 1 ] || { echo "error is not one line: $*"; cat "$tmp/err"; exit 1; }
-}
 expect_usage_error bench-op gelu
 expect_usage_error bench-op silu --numel 0
 expect_usage_error bench-op silu --numel abc

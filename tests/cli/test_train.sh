@@ -4,6 +4,7 @@ set -eu
 opfuse="$1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
 
 "$opfuse" train --help | grep -q -- --swish
 
@@ -31,11 +32,6 @@ gzip -t "$tmp/trace.json.gz"
   --compare memory-efficient,fused --rounds 2 > "$tmp/compare.txt"
 grep -q "vs memory-efficient" "$tmp/compare.txt"
 
-expect_usage_error() {
-  if "$opfuse" "$@" > "$tmp/out" 2> "$tmp/err"; then echo "expected failure: $*"; exit 1; else code=$?; fi
-  [ "$code" -eq 2 ] || { echo "exit $code, expected 2: $*"; cat "$tmp/err"; exit 1; }
-  [ "$(wc -l < "$tmp/err")" -eq 1 ] || { echo "error is not one line: $*"; cat "$tmp/err"; exit 1; }
-}
 expect_usage_error train --model efficientnet-b9
 expect_usage_error train --image-size 31
 expect_usage_error train --batch-size 0

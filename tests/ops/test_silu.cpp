@@ -13,6 +13,7 @@
 
 #include "opfuse/ops.h"
 #include "reference.h"
+#include "ops/dispatch.h"
 
 namespace opfuse::testing {
 namespace {
@@ -28,9 +29,7 @@ Bound bound_for(at::ScalarType t) {
 }
 
 at::Tensor swish_backward(const at::Tensor& grad, const at::Tensor& x, double beta) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("opfuse::swish_backward", "")
-                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
+  static auto op = find_op<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("opfuse::swish_backward");
   return op.call(grad, x, beta);
 }
 
@@ -139,9 +138,7 @@ TEST(Silu, AutogradRunsTheFusedBackwardKernel) {
   at::Tensor y = opfuse::silu(x);
   ASSERT_TRUE(y.requires_grad());
   y.backward(g);
-  static auto backward_op = c10::Dispatcher::singleton()
-                                .findSchemaOrThrow("opfuse::silu_backward", "")
-                                .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  static auto backward_op = find_op<at::Tensor(const at::Tensor&, const at::Tensor&)>("opfuse::silu_backward");
   EXPECT_TRUE(torch::equal(x.grad(), backward_op.call(g, x.detach())));
   EXPECT_TRUE(torch::equal(opfuse::swish(x, 1.0), y)) << "swish(β=1) is silu bit for bit";
 }
