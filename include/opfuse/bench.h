@@ -44,3 +44,12 @@ const std::vector<std::string>& benchmarked_ops();
 OpBenchResult bench_op(const OpBenchOptions& options);
 
 }  // namespace opfuse::bench
+
+namespace opfuse::bench {
+
+// Microseconds one call of opfuse op `op` (silu, silu_backward, se_gate) takes here at the
+// tensor shapes of a trace's "Input Dims" ("16,32,56,56;16,32,1,1": largest first), median of
+// repeated calls; −1 for an op or shape it cannot time. analyze uses it for its estimates.
+double time_fused_op(const std::string& op, const std::string& dims);
+
+}  // namespace opfuse::bench

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "opfuse/analyze.h"
 #include "opfuse/bench.h"
 #include "opfuse/train.h"
 
@@ -26,6 +27,13 @@ std::string format_step(const train::StepRecord& step, int total, double mean_st
 std::string format_train_summary(const train::TrainResult& result);
 std::string format_compare(const train::CompareResult& result, int batch_size, int steps);
 nlohmann::json compare_json(const train::CompareResult& result);
+
+// analyze: the summary, the top ops and the findings, for a terminal; `top` rows per table.
+std::string format_analysis(const analyze::Analysis& a, int top);
+std::string format_diff(const analyze::Diff& d, const analyze::Analysis& after, int top);
+// {"trace", "ops", "device", "findings", "diff": null}; add_diff fills "diff".
+nlohmann::json analysis_json(const analyze::Analysis& a);
+void add_diff(nlohmann::json& analysis, const analyze::Diff& d, const analyze::Analysis& after);
 
 // Throws std::invalid_argument "PATH: already exists (pass --force …)" unless overwrite is set
 // or PATH does not exist; commands call it before a long run, write_json again before writing.

@@ -11,5 +11,6 @@ using Run = std::function<int()>;
 
 Run add_bench_op(CLI::App& app);
 Run add_train(CLI::App& app);
+Run add_analyze(CLI::App& app);
 
 }  // namespace opfuse::cli

@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
   CLI::App app{"opfuse: profile a PyTorch training run, find small-op chains, fuse them"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "opfuse 0.1.0");
-  std::vector<opfuse::cli::Run> commands{opfuse::cli::add_train(app), opfuse::cli::add_bench_op(app)};
+  std::vector<opfuse::cli::Run> commands{opfuse::cli::add_analyze(app), opfuse::cli::add_train(app),
+                                         opfuse::cli::add_bench_op(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,135 +1,191 @@
-// Chrome trace JSON → Trace, with simdjson's on-demand parser: each event's fields are visited
-// once, unknown ones skipped unparsed, names interned. Timestamps are read from their text
-// (Ascend writes them as decimal strings, Kineto as large numbers) and kept relative to the
-// first one, so microsecond fractions survive in a double.
+// Trace files → Trace. A large file's event array is cut into chunks at event boundaries and
+// the chunks are parsed on all cores, each into its own string table, then merged in file
+// order. A cut is only ever a guess (a "},{" could sit inside a string); a wrong one makes its
+// chunk fail to parse, and any failure re-reads the whole file on one thread, which also gives
+// the error its exact byte offset.
 #include <fmt/format.h>
 #include <simdjson.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
-#include <charconv>
-#include <cstdlib>
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
 #include <stdexcept>
+#include <thread>
 
-#include "opfuse/trace.h"
+#include "trace/document.h"
 
 namespace opfuse::trace {
 namespace {
 
-using simdjson::ondemand::value;
+using detail::Document;
 
-// A JSON number as an id or count; anything that does not fit is malformed, not undefined.
-int64_t to_int64(double d) {
-  if (!(d > -9.2e18 && d < 9.2e18)) throw std::invalid_argument(fmt::format("number {} out of range", d));
-  return static_cast<int64_t>(d);
+constexpr size_t kChunkBytes = size_t{4} << 20;
+constexpr size_t kParallelBytes = size_t{16} << 20;  // smaller files parse faster on one thread
+constexpr size_t kMaxPrefixBytes = size_t{64} << 20;
+
+// simdjson picks its on-demand kernel at compile time, so document.cpp is built for AVX2 too.
+Trace parse_document(Document& doc) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") &&
+                           __builtin_cpu_supports("pclmul");
+  return avx2 ? detail::parse_document_haswell(doc) : detail::parse_document_generic(doc);
 }
 
-struct Reader {
-  Trace& trace;
-  bool have_origin = false;
-  int64_t origin_us = 0;  // whole microseconds of the first timestamp
+// Bytes with simdjson's padding allocated after them.
+std::string padded(std::string_view text) {
+  std::string s;
+  s.reserve(text.size() + simdjson::SIMDJSON_PADDING);
+  s.append(text);
+  return s;
+}
 
-  // "1704161511420306.491" (quoted or not) → microseconds since the first timestamp.
-  double timestamp(std::string_view text) {
-    if (!text.empty() && text.front() == '"') text = text.substr(1, text.size() - 2);
-    const size_t dot = text.find_first_of(".eE");
-    if (dot != std::string_view::npos && text[dot] != '.') {  // 1.7e15: rare, and precise enough
-      const double d = std::strtod(std::string(text).c_str(), nullptr);
-      if (!have_origin) {
-        origin_us = to_int64(d);
-        have_origin = true;
+bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+size_t skip_space(std::string_view s, size_t i) {
+  while (i < s.size() && is_space(s[i])) ++i;
+  return i;
+}
+
+// The offset just inside the event array's '[', or npos when the layout is not the usual one
+// (then the whole file is parsed in one piece). For an object, the text before "traceEvents"
+// must itself parse as the start of that object.
+size_t events_begin(std::string_view json, const std::string& name, bool& opfuse_metadata) {
+  size_t i = skip_space(json, 0);
+  if (i < json.size() && json[i] == '[') return i + 1;
+  if (i >= json.size() || json[i] != '{') return std::string_view::npos;
+  const size_t key = json.find("\"traceEvents\"");
+  if (key == std::string_view::npos || key > kMaxPrefixBytes) return std::string_view::npos;
+  i = skip_space(json, key + 13);
+  if (i >= json.size() || json[i] != ':') return std::string_view::npos;
+  i = skip_space(json, i + 1);
+  if (i >= json.size() || json[i] != '[') return std::string_view::npos;
+  const std::string head = padded(std::string(json.substr(0, key)) + "\"traceEvents\":[]}");
+  Document doc{head, name};
+  try {
+    parse_document(doc);
+  } catch (const std::invalid_argument&) {
+    return std::string_view::npos;
+  }
+  opfuse_metadata = doc.opfuse_metadata;
+  return i + 1;
+}
+
+// The start of the first event after `from` that follows "},": a likely event boundary.
+size_t next_boundary(std::string_view json, size_t from) {
+  for (size_t comma = json.find(',', from); comma != std::string_view::npos; comma = json.find(',', comma + 1)) {
+    size_t before = comma;
+    while (before > 0 && is_space(json[before - 1])) --before;
+    if (before == 0 || json[before - 1] != '}') continue;
+    const size_t after = skip_space(json, comma + 1);
+    if (after < json.size() && json[after] == '{') return after;
+  }
+  return std::string_view::npos;
+}
+
+std::vector<size_t> chunk_starts(std::string_view json, size_t begin) {
+  std::vector<size_t> starts{begin};
+  for (size_t guess = begin + kChunkBytes; guess < json.size(); guess = starts.back() + kChunkBytes) {
+    const size_t at = next_boundary(json, guess);
+    if (at == std::string_view::npos) break;
+    starts.push_back(at);
+  }
+  return starts;
+}
+
+// Chunk i as its own document, "[" + its events + "]", written into `out` (reused across chunks);
+// the last one runs to the end of the file (its array's own ']' ends it).
+void chunk_document(std::string_view json, const std::vector<size_t>& starts, size_t i, std::string& out) {
+  size_t end = json.size();
+  if (i + 1 < starts.size()) {
+    end = starts[i + 1];
+    while (end > starts[i] && (is_space(json[end - 1]) || json[end - 1] == ',')) --end;
+  }
+  out.clear();
+  out.reserve(end - starts[i] + 2 + simdjson::SIMDJSON_PADDING);
+  out += '[';
+  out.append(json.data() + starts[i], end - starts[i]);
+  if (i + 1 < starts.size()) out += ']';
+}
+
+// Runs task(i) for i in [0, n) on all cores; returns false if any task threw.
+bool run_parallel(size_t n, const std::function<void(size_t)>& task) {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto work = [&] {
+    for (size_t i; !failed && (i = next++) < n;) {
+      try {
+        task(i);
+      } catch (const std::exception&) {
+        failed = true;
       }
-      return d - static_cast<double>(origin_us);
     }
-    int64_t whole = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + (dot == std::string_view::npos ? text.size() : dot), whole);
-    if (ec != std::errc()) throw std::invalid_argument(fmt::format("bad timestamp '{}'", text));
-    double fraction = 0;
-    if (dot != std::string_view::npos) fraction = std::strtod(("0" + std::string(text.substr(dot))).c_str(), nullptr);
-    if (!have_origin) {
-      origin_us = whole;
-      have_origin = true;
-    }
-    return static_cast<double>(whole - origin_us) + (whole < 0 ? -fraction : fraction);
-  }
+  };
+  const size_t workers = std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  return !failed;
+}
 
-  double number(value v) {
-    if (v.type() == simdjson::ondemand::json_type::string) return std::strtod(std::string(v.get_string().value()).c_str(), nullptr);
-    return v.get_double();
+// Chunk strings are re-interned into the merged table; string ids in pids and tids too.
+void append(Trace& into, Trace&& part, bool first) {
+  std::vector<uint32_t> map(part.strings.size());
+  for (size_t i = 0; i < part.strings.size(); ++i) map[i] = into.intern(part.strings[i]);
+  auto id = [&](int64_t v) { return v < 0 ? -1 - static_cast<int64_t>(map[-1 - v]) : v; };
+  if (first) into.origin_us = part.origin_us;
+  const double shift = static_cast<double>(part.origin_us - into.origin_us);
+  into.events.reserve(into.events.size() + part.events.size());
+  for (Event e : part.events) {
+    e.name = map[e.name], e.category = map[e.category], e.module = map[e.module];
+    e.dims = map[e.dims], e.types = map[e.types], e.stack = map[e.stack];
+    e.pid = id(e.pid), e.tid = id(e.tid);
+    e.ts += shift;
+    into.events.push_back(e);
   }
+  for (auto& [pid, n] : part.process_names) into.process_names[id(pid)] = n;
+  for (auto& [tid, n] : part.thread_names) into.thread_names[id(tid)] = n;
+  into.skipped += part.skipped;
+  for (auto& w : part.warnings)
+    if (into.warnings.size() < 5) into.warnings.push_back(std::move(w));
+}
 
-  int64_t integer(value v) {
-    if (v.type() == simdjson::ondemand::json_type::string) return std::strtoll(std::string(v.get_string().value()).c_str(), nullptr, 10);
-    if (v.type() != simdjson::ondemand::json_type::number) return -1;
-    return to_int64(v.get_double());
+bool parse_in_chunks(std::string_view json, const std::string& name, Trace& trace, bool& opfuse_metadata) {
+  const size_t begin = events_begin(json, name, opfuse_metadata);
+  if (begin == std::string_view::npos) return false;
+  const std::vector<size_t> starts = chunk_starts(json, begin);
+  if (starts.size() < 2) return false;
+  std::vector<Trace> parts(starts.size());
+  const bool ok = run_parallel(starts.size(), [&](size_t i) {
+    thread_local std::string text;
+    chunk_document(json, starts, i, text);
+    Document doc{text, name, static_cast<int64_t>(starts[i]) - 1};
+    parts[i] = parse_document(doc);
+  });
+  if (!ok) return false;
+  bool first = true;
+  for (Trace& part : parts) {
+    const bool has_events = !part.events.empty();
+    append(trace, std::move(part), first && has_events);
+    first = first && !has_events;
   }
+  return true;
+}
 
-  // A numeric id, or a string one ("stream 7", "CPU functions") interned as −1 − index.
-  int64_t id(value v) {
-    if (v.type() == simdjson::ondemand::json_type::string) return -1 - static_cast<int64_t>(trace.intern(v.get_string().value()));
-    return to_int64(v.get_double());
-  }
-
-  void args(simdjson::ondemand::object obj, Event& e, std::string* metadata_name) {
-    for (auto field : obj) {
-      const std::string_view key = field.unescaped_key();
-      value v = field.value();
-      if (key == "Sequence number") e.sequence_nr = integer(v);
-      else if (key == "External id" || key == "external id") e.external_id = integer(v);
-      else if (key == "correlation") e.correlation = integer(v);
-      else if (key == "Module Hierarchy") e.module = trace.intern(v.get_string().value());
-      else if (key == "name" && metadata_name != nullptr && v.type() == simdjson::ondemand::json_type::string)
-        *metadata_name = std::string(v.get_string().value());
-    }
-  }
-
-  void event(simdjson::ondemand::object obj) {
-    Event e;
-    std::string metadata_name;
-    std::string_view name;
-    for (auto field : obj) {
-      const std::string_view key = field.unescaped_key();
-      value v = field.value();
-      if (key == "ph") {
-        const std::string_view ph = v.get_string();
-        e.phase = ph.empty() ? '?' : ph.front();
-      } else if (key == "name") {
-        name = v.get_string();
-        e.name = trace.intern(name);
-      } else if (key == "cat") {
-        e.category = trace.intern(v.get_string().value());
-      } else if (key == "pid") {
-        e.pid = id(v);
-      } else if (key == "tid") {
-        e.tid = id(v);
-      } else if (key == "ts") {
-        e.ts = timestamp(v.raw_json_token());
-      } else if (key == "dur") {
-        e.dur = number(v);
-      } else if (key == "id") {
-        e.flow_id = id(v);
-      } else if (key == "args" && v.type() == simdjson::ondemand::json_type::object) {
-        args(v.get_object(), e, &metadata_name);
-      }
-    }
-    if (e.phase == 'M') {
-      const std::string& kind = trace.strings[e.name];
-      if (kind == "process_name") trace.process_names[e.pid] = metadata_name;
-      if (kind == "thread_name") trace.thread_names[e.tid] = metadata_name;
-      return;
-    }
-    if (e.dur < 0) throw std::invalid_argument(fmt::format("event '{}' has negative dur {}", name, e.dur));
-    trace.events.push_back(e);
-  }
-};
-
-bool has_category(const Trace& t, std::initializer_list<const char*> names) {
+bool has_category(Trace& t, std::initializer_list<const char*> names) {
+  std::vector<uint32_t> ids;
+  for (const char* n : names) ids.push_back(t.intern(n));
   for (const Event& e : t.events)
-    for (const char* n : names)
-      if (t.strings[e.category] == n) return true;
+    if (std::find(ids.begin(), ids.end(), e.category) != ids.end()) return true;
   return false;
 }
 
-Dialect detect(const Trace& t, bool opfuse_metadata) {
+Dialect detect(Trace& t, bool opfuse_metadata) {
   if (opfuse_metadata) return Dialect::opfuse;
   for (const auto& [pid, name] : t.process_names)
     if (name == "Ascend Hardware" || name == "CANN") return Dialect::ascend;
@@ -140,21 +196,104 @@ Dialect detect(const Trace& t, bool opfuse_metadata) {
   return Dialect::unknown;
 }
 
+// gzip keeps the uncompressed size (mod 2^32) in its last four bytes: enough to size the buffer.
+size_t expected_size(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return 0;
+  const auto size = static_cast<size_t>(st.st_size);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return size;
+  unsigned char magic[2] = {0, 0}, tail[4] = {0, 0, 0, 0};
+  size_t expected = size;
+  if (std::fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b && std::fseek(f, -4, SEEK_END) == 0 &&
+      std::fread(tail, 1, 4, f) == 4)
+    expected = std::max(size, size_t{tail[0]} | size_t{tail[1]} << 8 | size_t{tail[2]} << 16 | size_t{tail[3]} << 24);
+  std::fclose(f);
+  return expected;
+}
+
+// The file's bytes (gunzipped when compressed), with simdjson's padding after them.
 std::string read_file(const std::string& path) {
-  // gzread passes plain files through unchanged, so one path reads both.
-  gzFile f = gzopen(path.c_str(), "rb");
+  std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) throw std::invalid_argument(fmt::format("{}: cannot open", path));
+  unsigned char magic[2] = {0, 0};
+  const bool gzipped = std::fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
   std::string bytes;
+  if (!gzipped) {  // one read into a buffer of the right size: no copies, no regrowth
+    std::fseek(f, 0, SEEK_END);
+    const long size = std::ftell(f);
+    std::fseek(f, 0, SEEK_SET);
+    bytes.reserve(static_cast<size_t>(std::max(0L, size)) + simdjson::SIMDJSON_PADDING);
+    bytes.resize(static_cast<size_t>(std::max(0L, size)));
+    const size_t got = std::fread(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+    if (got != bytes.size()) throw std::invalid_argument(fmt::format("{}: read failed after {} bytes", path, got));
+    return bytes;
+  }
+  std::fclose(f);
+  gzFile gz = gzopen(path.c_str(), "rb");
+  if (gz == nullptr) throw std::invalid_argument(fmt::format("{}: cannot open", path));
+  gzbuffer(gz, 1 << 20);
+  bytes.reserve(expected_size(path) + simdjson::SIMDJSON_PADDING);
   char buf[1 << 16];
   int n;
-  while ((n = gzread(f, buf, sizeof buf)) > 0) bytes.append(buf, n);
+  while ((n = gzread(gz, buf, sizeof buf)) > 0) bytes.append(buf, n);
   int err = Z_OK;
-  const char* message = gzerror(f, &err);
+  const char* message = gzerror(gz, &err);
   const int64_t offset = static_cast<int64_t>(bytes.size());
-  gzclose(f);
+  const std::string why = message == nullptr ? "" : message;
+  gzclose(gz);
   if (n < 0 || (err != Z_OK && err != Z_STREAM_END))
-    throw std::invalid_argument(fmt::format("{}: corrupt gzip data after {} bytes ({})", path, offset, message));
+    throw std::invalid_argument(fmt::format("{}: corrupt gzip data after {} bytes ({})", path, offset, why));
+  if (bytes.capacity() < bytes.size() + simdjson::SIMDJSON_PADDING) bytes.reserve(bytes.size() + simdjson::SIMDJSON_PADDING);
   return bytes;
+}
+
+// B/E pairs become X slices, so everything downstream sees one kind of slice. An E without
+// its B, or a B never closed, is skipped with a warning.
+void close_begin_end(Trace& t, const std::string& name) {
+  std::map<std::pair<int64_t, int64_t>, std::vector<size_t>> open;
+  std::vector<char> drop(t.events.size(), 0);
+  auto skip = [&](size_t i, const char* why) {
+    drop[i] = 1;
+    ++t.skipped;
+    if (t.warnings.size() < 5) t.warnings.push_back(fmt::format("{}: event '{}' skipped: {}", name, t.name(t.events[i]), why));
+  };
+  for (size_t i = 0; i < t.events.size(); ++i) {
+    Event& e = t.events[i];
+    if (e.phase == 'B') open[{e.pid, e.tid}].push_back(i);
+    if (e.phase != 'E') continue;
+    auto& stack = open[{e.pid, e.tid}];
+    if (stack.empty()) {
+      skip(i, "an end (E) without a begin (B)");
+      continue;
+    }
+    Event& begin = t.events[stack.back()];
+    stack.pop_back();
+    begin.phase = 'X';
+    begin.dur = std::max(0.0, e.ts - begin.ts);
+    drop[i] = 1;
+  }
+  for (auto& [thread, stack] : open)
+    for (size_t i : stack) skip(i, "a begin (B) that never ends");
+  size_t kept = 0;
+  for (size_t i = 0; i < t.events.size(); ++i)
+    if (!drop[i]) t.events[kept++] = t.events[i];
+  t.events.resize(kept);
+}
+
+Trace parse_padded(std::string_view json, const std::string& name) {
+  Trace trace;
+  bool opfuse_metadata = false;
+  if (json.size() < kParallelBytes || !parse_in_chunks(json, name, trace, opfuse_metadata)) {
+    Document doc{json, name};
+    trace = parse_document(doc);
+    opfuse_metadata = doc.opfuse_metadata;
+  }
+  if (std::any_of(trace.events.begin(), trace.events.end(), [](const Event& e) { return e.phase == 'B' || e.phase == 'E'; }))
+    close_begin_end(trace, name);
+  trace.dialect = detect(trace, opfuse_metadata);
+  return trace;
 }
 
 }  // namespace
@@ -171,57 +310,43 @@ const char* dialect_name(Dialect d) {
   return "Chrome trace (unrecognised producer)";
 }
 
-uint32_t Trace::intern(std::string_view s) {
-  auto it = index_.find(std::string(s));
-  if (it != index_.end()) return it->second;
-  const auto id = static_cast<uint32_t>(strings.size());
-  strings.emplace_back(s);
-  index_.emplace(strings.back(), id);
-  return id;
+Strings::Strings() : slots_(64, 0) { intern(""); }
+
+uint32_t Strings::intern(std::string_view s) {
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = std::hash<std::string_view>{}(s) & mask;; i = (i + 1) & mask) {
+    const uint32_t slot = slots_[i];
+    if (slot == 0) {
+      const auto id = static_cast<uint32_t>(strings_.size());
+      strings_.emplace_back(s);
+      slots_[i] = id + 1;
+      if (strings_.size() * 2 > slots_.size()) grow();
+      return id;
+    }
+    if (strings_[slot - 1] == s) return slot - 1;
+  }
+}
+
+void Strings::grow() {
+  std::vector<uint32_t> old(slots_.size() * 2, 0);
+  old.swap(slots_);
+  const size_t mask = slots_.size() - 1;
+  for (uint32_t slot : old) {
+    if (slot == 0) continue;
+    size_t i = std::hash<std::string_view>{}(strings_[slot - 1]) & mask;
+    while (slots_[i] != 0) i = (i + 1) & mask;
+    slots_[i] = slot;
+  }
 }
 
 Trace parse_trace(std::string_view json, const std::string& name) {
-  Trace trace;
-  trace.intern("");
-  Reader reader{trace};
-  bool opfuse_metadata = false;
-  const simdjson::padded_string buffer(json);
-  simdjson::ondemand::parser parser;
-  simdjson::ondemand::document doc;
-  const char* event_start = buffer.data();
-  auto offset = [&] { return static_cast<int64_t>(event_start - buffer.data()); };
-  try {
-    doc = parser.iterate(buffer);
-    auto read_events = [&](simdjson::ondemand::array events) {
-      for (auto item : events) {
-        if (auto at = doc.current_location(); !at.error()) event_start = at.value();
-        reader.event(item.get_object());
-      }
-    };
-    if (doc.type() == simdjson::ondemand::json_type::array) {
-      read_events(doc.get_array());
-    } else {
-      bool found = false;
-      for (auto field : doc.get_object()) {
-        const std::string_view key = field.unescaped_key();
-        if (key == "traceEvents") {
-          read_events(field.value().get_array());
-          found = true;
-        } else if (key == "opfuse") {
-          opfuse_metadata = true;
-        }
-      }
-      if (!found) throw std::invalid_argument("no \"traceEvents\" array");
-    }
-  } catch (const simdjson::simdjson_error& e) {
-    throw std::invalid_argument(fmt::format("{}: malformed trace at byte {} ({})", name, offset(), e.what()));
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(fmt::format("{}: {} at byte {}", name, e.what(), offset()));
-  }
-  trace.dialect = detect(trace, opfuse_metadata);
-  return trace;
+  const std::string bytes = padded(json);
+  return parse_padded(bytes, name);
 }
 
-Trace read_trace(const std::string& path) { return parse_trace(read_file(path), path); }
+Trace read_trace(const std::string& path) {
+  std::string bytes = read_file(path);
+  return parse_padded(bytes, path);
+}
 
 }  // namespace opfuse::trace

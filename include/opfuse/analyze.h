@@ -1,0 +1,132 @@
+// Trace → Analysis: the op table, rule matches (named fusions), mined chains (unnamed ones),
+// and what each would save. No LibTorch here: timing an opfuse op is passed in as a function.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "opfuse/trace.h"
+
+namespace opfuse::analyze {
+
+enum class Backend { cpu, cuda, npu };
+const char* backend_name(Backend b);
+Backend parse_backend(const std::string& name);  // throws std::invalid_argument
+Backend detect_backend(const trace::Trace& trace);
+
+// A regex over dash-joined op names ("sigmoid-(empty_like)?-(fill_)?-(rsub|sub_)-mul"),
+// compiled to match whole names; names are compared without their "aten::" prefix.
+class Pattern {
+ public:
+  explicit Pattern(const std::string& text);  // throws std::invalid_argument naming the position
+  ~Pattern();
+  Pattern(Pattern&&) noexcept;
+  Pattern& operator=(Pattern&&) noexcept;
+  const std::string& text() const { return text_; }
+  // The longest match of the names starting at names[0], or 0. Names are already normalised.
+  size_t match(const std::vector<const std::string*>& names, size_t begin) const;
+  struct Node;
+
+ private:
+  std::string text_;
+  std::unique_ptr<Node> root_;
+  std::vector<std::string> first_;  // the names a match can start with (a quick reject)
+  bool nullable_ = false;           // it can match nothing, so first_ does not apply
+};
+
+enum class Shapes { any, same, broadcast };
+
+struct RulePattern {
+  std::shared_ptr<Pattern> pattern;
+  std::string measure;  // the opfuse op to time at the recorded shapes ("" → bandwidth model)
+  Shapes shapes = Shapes::any;
+  int passes = 0;       // full-size tensor passes the fused op makes (0: inputs + one output)
+};
+
+struct Rule {
+  std::string name, kind;  // kind: elementwise, norm, attention, layout, optimizer, …
+  std::vector<RulePattern> patterns;
+  std::map<Backend, std::string> replacement;
+  int min_children = 0;    // optimizer steps: how many per-parameter ops make it "unfused"
+  std::string source;      // the file it came from
+};
+
+// The rules compiled in from rules/*.yaml.
+std::vector<Rule> default_rules();
+// An opfuse rule file, or the Ascend advisor's timeline fusion file, read unchanged.
+// Throws std::invalid_argument "PATH: … at line N".
+std::vector<Rule> load_rules(const std::string& path);
+std::vector<Rule> parse_rules(const std::string& yaml_text, const std::string& name);
+
+struct OpStat {
+  std::string name;
+  int64_t count = 0;
+  double total_us = 0, self_us = 0, device_us = 0;
+};
+
+struct Location {
+  std::string where;
+  int64_t count = 0;
+};
+
+struct Finding {
+  std::string rule, kind, pattern, replacement;
+  bool mined = false;         // an unnamed chain found by the miner, not by a rule
+  int64_t occurrences = 0;
+  double time_us = 0, est_saving_us = 0;
+  std::string estimate;       // how the saving was estimated: "measured opfuse::silu", "bandwidth"
+  std::vector<Location> locations;  // most frequent first
+};
+
+struct Summary {
+  std::string path, dialect;
+  Backend backend = Backend::cpu;
+  int64_t events = 0, skipped = 0, overlapping = 0;
+  double duration_us = 0;
+  int64_t steps = 0;
+  double step_us = 0;  // median ProfilerStep duration (0 without steps)
+  bool has_device = false;
+  double kernel_us = 0, device_idle_us = 0;
+  std::vector<std::string> warnings;
+};
+
+struct Analysis {
+  Summary trace;
+  std::vector<OpStat> ops;        // by self time, largest first
+  std::vector<Finding> findings;  // by estimated saving, largest first
+};
+
+// Microseconds one call of opfuse op `op` takes at "Input Dims" `dims`, or < 0 when unknown.
+using Measure = std::function<double(const std::string& op, const std::string& dims)>;
+
+struct Options {
+  Backend backend = Backend::cpu;
+  Measure measure;  // empty: every saving comes from the bandwidth model
+  int min_chain_occurrences = 2;
+};
+
+Analysis analyze(const trace::Trace& trace, const std::string& path, const std::vector<Rule>& rules,
+                 const Options& options);
+
+struct OpChange {
+  std::string name;
+  int64_t count_before = 0, count_after = 0;
+  double total_us_before = 0, total_us_after = 0;
+};
+
+struct Diff {
+  double step_us_before = 0, step_us_after = 0;
+  std::vector<OpChange> ops;  // by |time change|, largest first
+  std::vector<Finding> vanished, appeared;
+};
+
+Diff diff(const Analysis& before, const Analysis& after);
+
+// "4,3,64,64;;16" → [[4,3,64,64],[],[16]]; "*" dims (nested lists) → -1.
+std::vector<std::vector<int64_t>> parse_dims(const std::string& dims);
+
+}  // namespace opfuse::analyze

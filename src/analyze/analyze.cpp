@@ -1,0 +1,106 @@
+// Trace → Analysis: the summary and op table here; findings in findings.cpp.
+#include <algorithm>
+#include <unordered_map>
+
+#include "analyze/findings.h"
+#include "opfuse/stats.h"
+
+namespace opfuse::analyze {
+namespace {
+
+using trace::Kind;
+using trace::Model;
+using trace::Trace;
+
+// Busy time per device stream is the union of its events; idle is the rest of its span.
+double idle_us(const Trace& t, const Model& m, double& busy_total) {
+  double idle = 0;
+  for (const auto& lane : m.device_lanes) {
+    double start = t.events[lane[0]].ts, covered_to = start, busy = 0, end = start;
+    for (int32_t i : lane) {
+      const double a = t.events[i].ts, b = a + t.events[i].dur;
+      if (b > covered_to) busy += b - std::max(a, covered_to), covered_to = b;
+      end = std::max(end, b);
+    }
+    busy_total += busy;
+    idle += (end - start) - busy;
+  }
+  return idle;
+}
+
+Summary summarise(const Trace& t, const Model& m, const std::string& path, Backend backend) {
+  Summary s;
+  s.path = path;
+  s.dialect = trace::dialect_name(t.dialect);
+  s.backend = backend;
+  s.events = static_cast<int64_t>(t.events.size());
+  s.skipped = t.skipped;
+  s.overlapping = m.overlapping;
+  s.warnings = t.warnings;
+  double first = 0, last = 0;
+  bool any = false;
+  for (const auto& e : t.events) {
+    if (e.phase != 'X') continue;
+    first = any ? std::min(first, e.ts) : e.ts;
+    last = any ? std::max(last, e.ts + e.dur) : e.ts + e.dur;
+    any = true;
+  }
+  s.duration_us = last - first;
+  std::vector<double> steps;
+  for (int32_t i : m.steps) steps.push_back(t.events[i].dur);
+  s.steps = static_cast<int64_t>(steps.size());
+  s.step_us = median(steps);
+  s.has_device = !m.device_lanes.empty();
+  if (s.has_device) s.device_idle_us = idle_us(t, m, s.kernel_us);
+  return s;
+}
+
+// Per op name: count, inclusive and self time, and the device time of what it launched.
+std::vector<OpStat> op_table(const Trace& t, const Model& m) {
+  const size_t n = t.events.size();
+  std::vector<double> self(n, 0), device(n, 0);
+  for (size_t i = 0; i < n; ++i) self[i] = t.events[i].dur;
+  for (size_t i = 0; i < n; ++i)
+    if (m.parent[i] >= 0 && m.kind[i] != Kind::device) self[m.parent[i]] -= t.events[i].dur;
+  for (const auto& lane : m.device_lanes)
+    for (int32_t k : lane)
+      if (m.launcher[k] >= 0) device[m.launcher[k]] += t.events[k].dur;
+  std::unordered_map<uint32_t, size_t> row;
+  std::vector<OpStat> ops;
+  for (size_t i = 0; i < n; ++i) {
+    if (m.kind[i] != Kind::op) continue;
+    auto [it, fresh] = row.try_emplace(t.events[i].name, ops.size());
+    if (fresh) ops.push_back({t.strings[t.events[i].name]});
+    OpStat& s = ops[it->second];
+    s.count += 1;
+    s.total_us += t.events[i].dur;
+    s.self_us += std::max(0.0, self[i]);
+    s.device_us += device[i];
+  }
+  std::stable_sort(ops.begin(), ops.end(), [](const OpStat& a, const OpStat& b) { return a.self_us > b.self_us; });
+  return ops;
+}
+
+}  // namespace
+
+Backend detect_backend(const Trace& trace) {
+  if (trace.dialect == trace::Dialect::ascend) return Backend::npu;
+  std::vector<uint32_t> device;
+  for (size_t i = 0; i < trace.strings.size(); ++i)
+    for (const char* c : {"kernel", "Kernel", "gpu_memcpy", "Memcpy"})
+      if (trace.strings[i] == c) device.push_back(static_cast<uint32_t>(i));
+  for (const auto& e : trace.events)
+    if (std::find(device.begin(), device.end(), e.category) != device.end()) return Backend::cuda;
+  return Backend::cpu;
+}
+
+Analysis analyze(const Trace& trace, const std::string& path, const std::vector<Rule>& rules, const Options& options) {
+  const Model model = trace::build_model(trace);
+  Analysis a;
+  a.trace = summarise(trace, model, path, options.backend);
+  a.ops = op_table(trace, model);
+  a.findings = find_fusions(trace, model, rules, options);
+  return a;
+}
+
+}  // namespace opfuse::analyze

@@ -1,0 +1,445 @@
+// Rule matches and mined chains → Findings, each with its time, estimated saving and locations.
+//
+// Sequences are what a fusion can replace: each thread's top-level ops (nested ops dropped, as
+// the Ascend advisor does) and, separately, the op children of every op, so a chain wrapped in
+// a parent (SwishImplementation → sigmoid, mul) is found too. Earlier rules claim ops first.
+#include "analyze/findings.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+#include <unordered_set>
+
+namespace opfuse::analyze {
+namespace {
+
+using trace::Event;
+using trace::Kind;
+using trace::Model;
+using trace::Trace;
+
+using Shape = std::vector<int64_t>;
+
+bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+// "aten::mul" → "mul"; "autograd::engine::evaluate_function: MulBackward0" → "MulBackward0".
+std::string normalise(const std::string& name) {
+  for (std::string_view prefix : {"autograd::engine::evaluate_function: ", "aten::"})
+    if (starts_with(name, prefix)) return name.substr(prefix.size());
+  return name;
+}
+
+int64_t dtype_bytes(std::string_view t) {
+  for (std::string_view two : {"Half", "BFloat16", "c10::Half", "c10::BFloat16", "half", "bfloat16"})
+    if (t == two) return 2;
+  for (std::string_view eight : {"Double", "double", "Long", "long int", "int64_t", "ComplexFloat"})
+    if (t == eight) return 8;
+  for (std::string_view one : {"Bool", "bool", "Byte", "unsigned char", "Char", "signed char"})
+    if (t == one) return 1;
+  return 4;
+}
+
+const std::unordered_set<std::string>& elementwise_names() {
+  static const std::unordered_set<std::string> names = [] {
+    std::unordered_set<std::string> s;
+    for (const char* n : {"add", "sub", "mul", "div", "neg", "exp", "log", "sigmoid", "tanh", "relu", "gelu", "silu",
+                          "pow", "rsqrt", "sqrt", "reciprocal", "abs", "clamp", "clamp_min", "clamp_max", "where",
+                          "masked_fill", "sin", "cos", "erf", "floor", "ceil", "sign", "hardtanh", "leaky_relu",
+                          "threshold", "lt", "gt", "le", "ge", "eq", "ne", "maximum", "minimum", "addcmul", "addcdiv",
+                          "lerp", "rsub", "square", "exp2", "log1p", "expm1", "softplus", "mish", "hardswish",
+                          "hardsigmoid", "elu", "sigmoid_backward", "tanh_backward", "threshold_backward",
+                          "gelu_backward", "silu_backward", "logical_and", "logical_or", "logical_not",
+                          "bitwise_and", "fmod", "remainder", "trunc", "round", "frac"}) {
+      s.insert(n);
+      s.insert(std::string(n) + "_");
+    }
+    return s;
+  }();
+  return names;
+}
+
+struct OpShapes {
+  std::vector<Shape> shapes;  // tensor inputs (scalars and unknown entries dropped)
+  std::vector<int64_t> bytes;
+};
+
+int64_t elements(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= std::max<int64_t>(d, 0);
+  return n;
+}
+
+// One occurrence of a rule pattern or a mined chain.
+struct Match {
+  std::string key;  // the rule's name, or the mined chain's names
+  const Rule* rule = nullptr;
+  const RulePattern* pattern = nullptr;
+  std::vector<int32_t> ops;
+  int32_t parent = -1;  // set when the match is every child of this op
+};
+
+struct Finder {
+  const Trace& t;
+  const Model& m;
+  const Options& o;
+  std::vector<std::string> names;      // per string id, normalised (op names only)
+  std::map<std::pair<uint32_t, uint32_t>, OpShapes> shape_cache;
+  std::vector<double> time;            // per event: host time, or device time on device backends
+  std::vector<char> claimed;
+  std::map<std::pair<std::string, std::string>, double> measured;
+
+  Finder(const Trace& trace, const Model& model, const Options& options)
+      : t(trace), m(model), o(options), names(trace.strings.size()), claimed(trace.events.size(), 0) {
+    std::vector<char> done(t.strings.size(), 0);
+    for (size_t i = 0; i < t.events.size(); ++i)
+      if (m.kind[i] == Kind::op && !done[t.events[i].name]) {
+        names[t.events[i].name] = normalise(t.strings[t.events[i].name]);
+        done[t.events[i].name] = 1;
+      }
+    time.resize(t.events.size());
+    const bool device = o.backend != Backend::cpu && !m.device_lanes.empty();
+    for (size_t i = 0; i < t.events.size(); ++i) time[i] = device ? 0 : t.events[i].dur;
+    if (device)  // device time counts for the op that launched it and all its ancestors
+      for (const auto& lane : m.device_lanes)
+        for (int32_t k : lane)
+          for (int32_t op = m.launcher[k]; op >= 0; op = m.op_parent[op]) time[op] += t.events[k].dur;
+  }
+
+  const std::string& name(int32_t e) const { return names[t.events[e].name]; }
+
+  const OpShapes& op_shapes(int32_t e) {
+    const Event& ev = t.events[e];
+    auto [it, fresh] = shape_cache.try_emplace({ev.dims, ev.types});
+    if (!fresh) return it->second;
+    const auto dims = parse_dims(t.strings[ev.dims]);
+    std::vector<std::string_view> types;
+    const std::string& ts = t.strings[ev.types];
+    for (size_t a = 0, b; a <= ts.size(); a = b + 1) {
+      b = ts.find(';', a);
+      if (b == std::string::npos) b = ts.size();
+      types.push_back(std::string_view(ts).substr(a, b - a));
+    }
+    for (size_t k = 0; k < dims.size(); ++k) {
+      const Shape& s = dims[k];
+      if (s.empty() || std::any_of(s.begin(), s.end(), [](int64_t d) { return d < 0; })) continue;
+      it->second.shapes.push_back(s);
+      it->second.bytes.push_back(elements(s) * dtype_bytes(k < types.size() ? types[k] : ""));
+    }
+    return it->second;
+  }
+
+  bool shapes_ok(const std::vector<int32_t>& ops, Shapes want) {
+    if (want == Shapes::any) return true;
+    const Shape* first = nullptr;
+    bool all_same = true;
+    for (int32_t e : ops)
+      for (const Shape& s : op_shapes(e).shapes) {
+        if (first == nullptr) first = &s;
+        else if (s != *first) all_same = false;
+      }
+    return want == Shapes::same ? all_same : (first != nullptr && !all_same);
+  }
+
+  // --- rule matching -----------------------------------------------------------------------
+
+  void match_sequence(const std::vector<int32_t>& seq, int32_t parent, const std::vector<Rule>& rules,
+                      std::vector<Match>& out) {
+    std::vector<const std::string*> seq_names(seq.size());
+    for (size_t i = 0; i < seq.size(); ++i) seq_names[i] = &name(seq[i]);
+    for (const Rule& rule : rules)
+      for (const RulePattern& rp : rule.patterns)
+        for (size_t i = 0; i < seq.size();) {
+          const size_t len = claimed[seq[i]] ? 0 : rp.pattern->match(seq_names, i);
+          if (len > 0) {
+            std::vector<int32_t> ops(seq.begin() + i, seq.begin() + i + len);
+            if (acceptable(rule, rp, ops)) {
+              for (int32_t e : ops) claimed[e] = 1;
+              Match mt{rule.name, &rule, &rp, std::move(ops)};
+              if (parent >= 0 && len == seq.size()) mt.parent = parent;
+              out.push_back(std::move(mt));
+              i += len;
+              continue;
+            }
+          }
+          ++i;
+        }
+  }
+
+  bool acceptable(const Rule& rule, const RulePattern& rp, const std::vector<int32_t>& ops) {
+    if (std::any_of(ops.begin(), ops.end(), [&](int32_t e) { return claimed[e]; })) return false;
+    if (rule.min_children > 0 && (ops.size() != 1 || m.child_count(ops[0]) < static_cast<size_t>(rule.min_children)))
+      return false;
+    return shapes_ok(ops, rp.shapes);
+  }
+
+  template <class F>
+  void for_each_sequence(F&& f) {
+    for (const auto& thread : m.threads) f(thread, -1);
+    std::vector<int32_t> kids;
+    for (int32_t e = 0; e < static_cast<int32_t>(t.events.size()); ++e) {
+      if (m.kind[e] != Kind::op || m.child_count(e) == 0) continue;
+      kids.assign(m.children_of(e), m.children_of(e) + m.child_count(e));
+      f(kids, e);
+    }
+  }
+
+  // --- mining ------------------------------------------------------------------------------
+
+  // Runs of consecutive unclaimed elementwise ops whose tensor inputs all have one shape.
+  void mine_sequence(const std::vector<int32_t>& seq, std::vector<Match>& out) {
+    const auto& elementwise = elementwise_names();
+    size_t i = 0;
+    while (i < seq.size()) {
+      const Shape* shape = run_shape(seq[i], elementwise);
+      if (shape == nullptr) {
+        ++i;
+        continue;
+      }
+      size_t j = i + 1;
+      while (j < seq.size() && j - i < 8) {
+        const Shape* next = run_shape(seq[j], elementwise);
+        if (next == nullptr || *next != *shape) break;
+        ++j;
+      }
+      if (j - i >= 2) {
+        Match mt;
+        mt.ops.assign(seq.begin() + i, seq.begin() + j);
+        for (int32_t e : mt.ops) mt.key += (mt.key.empty() ? "" : "-") + name(e);
+        out.push_back(std::move(mt));
+      }
+      i = j;
+    }
+  }
+
+  // The single shape of an unclaimed elementwise op's tensor inputs, or null.
+  const Shape* run_shape(int32_t e, const std::unordered_set<std::string>& elementwise) {
+    if (claimed[e] || !elementwise.count(name(e))) return nullptr;
+    const OpShapes& s = op_shapes(e);
+    if (s.shapes.empty()) return nullptr;
+    for (const Shape& x : s.shapes)
+      if (x != s.shapes[0]) return nullptr;
+    return &s.shapes[0];
+  }
+
+  // --- cost --------------------------------------------------------------------------------
+
+  double match_time(const Match& mt) const {
+    if (mt.parent >= 0) return time[mt.parent];  // the wrapper op goes away with its chain
+    double sum = 0;
+    for (int32_t e : mt.ops) sum += time[e];
+    return sum;
+  }
+
+  // What the fused op would take: measured when the rule names an opfuse op and we may time it,
+  // else the match's bytes at the bandwidth its own ops achieved.
+  double fused_time(const Match& mt, std::string& how) {
+    const std::vector<int32_t>& ops = bytes_ops(mt);
+    std::vector<Shape> distinct;
+    std::vector<int64_t> distinct_bytes;
+    double chain_bytes = 0, chain_time = 0;
+    for (int32_t e : ops) {
+      const OpShapes& s = op_shapes(e);
+      int64_t biggest = 0;
+      for (size_t k = 0; k < s.shapes.size(); ++k) {
+        chain_bytes += static_cast<double>(s.bytes[k]);
+        biggest = std::max(biggest, s.bytes[k]);
+        if (std::find(distinct.begin(), distinct.end(), s.shapes[k]) == distinct.end()) {
+          distinct.push_back(s.shapes[k]);
+          distinct_bytes.push_back(s.bytes[k]);
+        }
+      }
+      chain_bytes += static_cast<double>(biggest);  // its output
+      chain_time += time[e];
+    }
+    if (mt.pattern != nullptr && !mt.pattern->measure.empty() && o.measure && !distinct.empty()) {
+      const double us = measure(mt.pattern->measure, distinct);
+      if (us >= 0) {
+        how = "measured opfuse::" + mt.pattern->measure;
+        return us;
+      }
+    }
+    if (chain_bytes == 0 || chain_time <= 0) {  // no shapes recorded: assume launch-bound ops
+      how = "op count";
+      return match_time(mt) / static_cast<double>(std::max<size_t>(1, mt.ops.size()));
+    }
+    double unit = 0, largest = 0;
+    for (int64_t b : distinct_bytes) unit += static_cast<double>(b), largest = std::max(largest, static_cast<double>(b));
+    if (mt.rule != nullptr && mt.rule->kind == "optimizer") unit = parameter_bytes(ops);
+    const int passes = mt.pattern == nullptr ? 0 : mt.pattern->passes;
+    const double fused_bytes = passes > 0 ? passes * unit : unit + largest;
+    how = "bandwidth";
+    return fused_bytes / (chain_bytes / chain_time);
+  }
+
+  // A single-op match (an optimizer step) moves the bytes of its children.
+  const std::vector<int32_t>& bytes_ops(const Match& mt) {
+    static thread_local std::vector<int32_t> kids;
+    if (mt.ops.size() == 1 && m.child_count(mt.ops[0]) > 0) {
+      kids.assign(m.children_of(mt.ops[0]), m.children_of(mt.ops[0]) + m.child_count(mt.ops[0]));
+      return kids;
+    }
+    return mt.ops;
+  }
+
+  // Per-parameter ops repeat once per parameter; the first op's first input is the parameter.
+  double parameter_bytes(const std::vector<int32_t>& ops) {
+    double sum = 0;
+    for (int32_t e : ops)
+      if (t.events[e].name == t.events[ops[0]].name && !op_shapes(e).bytes.empty())
+        sum += static_cast<double>(op_shapes(e).bytes[0]);
+    return sum;
+  }
+
+  double measure(const std::string& op, std::vector<Shape> shapes) {
+    std::sort(shapes.begin(), shapes.end(), [](const Shape& a, const Shape& b) { return elements(a) > elements(b); });
+    std::string dims;
+    for (const Shape& s : shapes) dims += (dims.empty() ? "" : ";") + fmt::format("{}", fmt::join(s, ","));
+    auto [it, fresh] = measured.try_emplace({op, dims}, -1.0);
+    if (fresh) it->second = o.measure(op, dims);
+    return it->second;
+  }
+
+  // --- locations ---------------------------------------------------------------------------
+
+  // Module Hierarchy, else the enclosing module annotation, else the innermost call-stack frames;
+  // backward ops borrow the place of the forward op they differentiate.
+  std::string location(int32_t e, bool follow_forward = true) const {
+    for (int32_t x = e; x >= 0; x = m.op_parent[x])
+      if (t.events[x].module != 0) return t.strings[t.events[x].module];
+    if (m.annotation[e] >= 0) return t.strings[t.events[m.annotation[e]].name];
+    for (int32_t x = e; x >= 0; x = m.op_parent[x])
+      if (t.events[x].stack != 0) return t.strings[t.events[x].stack];
+    if (follow_forward)
+      for (int32_t x = e; x >= 0; x = m.op_parent[x])
+        if (m.forward[x] >= 0) {
+          const std::string where = location(m.forward[x], false);
+          return where == "(top level)" ? "backward" : where + " (backward)";
+        }
+    return "(top level)";
+  }
+};
+
+Finding& finding_for(std::map<std::string, Finding>& by_key, const Match& mt, Backend backend) {
+  auto [it, fresh] = by_key.try_emplace(mt.key);
+  Finding& f = it->second;
+  if (!fresh) return f;
+  if (mt.rule != nullptr) {
+    f.rule = mt.rule->name;
+    f.kind = mt.rule->kind;
+    const auto r = mt.rule->replacement.find(backend);
+    f.replacement = r == mt.rule->replacement.end() ? "" : r->second;
+  } else {
+    f.rule = "unnamed chain";
+    f.kind = "mined";
+    f.mined = true;
+    f.pattern = mt.key;
+    f.replacement = "one fused elementwise kernel (no rule names it yet)";
+  }
+  return f;
+}
+
+std::string join(const std::vector<std::string>& parts, const char* separator) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : separator) + p;
+  return out;
+}
+
+// "_blocks.2" before "_blocks.10": digits compare as numbers.
+bool natural_less(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t ei = i, ej = j;
+      while (ei < a.size() && std::isdigit(static_cast<unsigned char>(a[ei]))) ++ei;
+      while (ej < b.size() && std::isdigit(static_cast<unsigned char>(b[ej]))) ++ej;
+      if (ei - i != ej - j) return ei - i < ej - j;
+      if (const int c = a.compare(i, ei - i, b, j, ej - j); c != 0) return c < 0;
+      i = ei, j = ej;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i, ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+}  // namespace
+
+std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const std::vector<Rule>& rules,
+                                  const Options& options) {
+  Finder finder(trace, model, options);
+  std::vector<Match> matches, mined;
+  finder.for_each_sequence([&](const std::vector<int32_t>& seq, int32_t parent) {
+    finder.match_sequence(seq, parent, rules, matches);
+  });
+  finder.for_each_sequence([&](const std::vector<int32_t>& seq, int32_t) { finder.mine_sequence(seq, mined); });
+
+  std::map<std::string, Finding> by_key;
+  std::map<std::string, std::map<std::string, int64_t>> where;
+  std::map<std::string, std::vector<std::string>> patterns, estimates;  // distinct, in order seen
+  auto add_once = [](std::vector<std::string>& list, const std::string& s) {
+    if (std::find(list.begin(), list.end(), s) == list.end()) list.push_back(s);
+  };
+  for (auto* list : {&matches, &mined})
+    for (const Match& mt : *list) {
+      Finding& f = finding_for(by_key, mt, options.backend);
+      std::string how;
+      const double t = finder.match_time(mt);
+      const double fused = finder.fused_time(mt, how);
+      f.occurrences += 1;
+      f.time_us += t;
+      f.est_saving_us += std::max(0.0, t - fused);
+      if (mt.pattern != nullptr) add_once(patterns[mt.key], mt.pattern->pattern->text());
+      add_once(estimates[mt.key], how);
+      where[mt.key][finder.location(mt.ops[0])] += 1;
+    }
+  std::vector<Finding> out;
+  for (auto& [key, f] : by_key) {
+    if (f.mined && f.occurrences < options.min_chain_occurrences) continue;
+    if (!f.mined) f.pattern = join(patterns[key], " | ");
+    f.estimate = join(estimates[key], ", ");
+    for (const auto& [loc, n] : where[key]) f.locations.push_back({loc, n});
+    std::stable_sort(f.locations.begin(), f.locations.end(),
+                     [](const Location& a, const Location& b) {
+                       return a.count != b.count ? a.count > b.count : natural_less(a.where, b.where);
+                     });
+    out.push_back(std::move(f));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Finding& a, const Finding& b) { return a.est_saving_us > b.est_saving_us; });
+  return out;
+}
+
+std::vector<std::vector<int64_t>> parse_dims(const std::string& dims) {
+  std::vector<std::vector<int64_t>> out;
+  if (dims.empty()) return out;
+  out.emplace_back();
+  int64_t value = 0;
+  bool in_number = false, unknown = false;
+  auto flush = [&] {
+    if (unknown) out.back().push_back(-1);
+    else if (in_number) out.back().push_back(value);
+    value = 0, in_number = false, unknown = false;
+  };
+  for (char c : dims) {
+    if (c >= '0' && c <= '9') {
+      value = value * 10 + (c - '0');
+      in_number = true;
+      if (value > (int64_t{1} << 50)) unknown = true;
+    } else if (c == ',') {
+      flush();
+    } else if (c == ';') {
+      flush();
+      out.emplace_back();
+    } else {
+      unknown = true;  // "*" or a sign: not a dimension we can size
+    }
+  }
+  flush();
+  return out;
+}
+
+}  // namespace opfuse::analyze

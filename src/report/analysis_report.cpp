@@ -1,0 +1,162 @@
+// analyze's results as terminal tables and as the JSON the issue names.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "opfuse/report.h"
+
+namespace opfuse::report {
+namespace {
+
+using analyze::Analysis;
+using analyze::Finding;
+
+std::string ms(double us) { return fmt::format("{:.2f}", us / 1000); }
+
+// Per step when the trace has steps: that is the figure a user compares with step time.
+double per_step(const Analysis& a, double us) { return a.trace.steps > 0 ? us / a.trace.steps : us; }
+
+std::string places(const Finding& f, size_t show) {
+  std::string out;
+  for (size_t i = 0; i < f.locations.size() && i < show; ++i)
+    out += fmt::format("{}{} x{}", i ? ", " : "", f.locations[i].where, f.locations[i].count);
+  if (f.locations.size() > show) out += fmt::format(" (+{} more)", f.locations.size() - show);
+  return out;
+}
+
+std::string clip(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n - 3) + "..."; }
+
+nlohmann::json finding_json(const Finding& f, analyze::Backend backend) {
+  nlohmann::json locations = nlohmann::json::array();
+  for (const auto& l : f.locations) locations.push_back({{"location", l.where}, {"count", l.count}});
+  return {{"rule", f.rule},
+          {"kind", f.kind},
+          {"pattern", f.pattern},
+          {"replacement", f.replacement},
+          {"backend", analyze::backend_name(backend)},
+          {"occurrences", f.occurrences},
+          {"time_us", f.time_us},
+          {"est_saving_us", f.est_saving_us},
+          {"estimate", f.estimate},
+          {"locations", locations}};
+}
+
+nlohmann::json findings_json(const std::vector<Finding>& findings, analyze::Backend backend) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& f : findings) out.push_back(finding_json(f, backend));
+  return out;
+}
+
+nlohmann::json summary_json(const analyze::Summary& s) {
+  return {{"path", s.path},
+          {"dialect", s.dialect},
+          {"backend", analyze::backend_name(s.backend)},
+          {"events", s.events},
+          {"duration_us", s.duration_us},
+          {"steps", s.steps},
+          {"step_us", s.step_us},
+          {"skipped_events", s.skipped},
+          {"overlapping_events", s.overlapping},
+          {"warnings", s.warnings}};
+}
+
+nlohmann::json ops_json(const Analysis& a) {
+  nlohmann::json ops = nlohmann::json::array();
+  for (const auto& o : a.ops) {
+    nlohmann::json row = {{"name", o.name},
+                          {"count", o.count},
+                          {"total_us", o.total_us},
+                          {"self_us", o.self_us},
+                          {"mean_us", o.total_us / static_cast<double>(std::max<int64_t>(1, o.count))}};
+    row["device_us"] = a.trace.has_device ? nlohmann::json(o.device_us) : nlohmann::json(nullptr);
+    ops.push_back(row);
+  }
+  return ops;
+}
+
+}  // namespace
+
+std::string format_analysis(const Analysis& a, int top) {
+  const auto& s = a.trace;
+  std::string out = fmt::format("trace     {}\ndialect   {}, backend {}\nevents    {}", s.path, s.dialect,
+                                analyze::backend_name(s.backend), s.events);
+  if (s.skipped > 0) out += fmt::format(" ({} skipped as unusable)", s.skipped);
+  if (s.overlapping > 0) out += fmt::format(" ({} overlapping slices left out of the op trees)", s.overlapping);
+  out += fmt::format("\nspan      {} ms", ms(s.duration_us));
+  if (s.steps > 0) out += fmt::format(", {} step{}, {} ms per step (median)", s.steps, s.steps == 1 ? "" : "s", ms(s.step_us));
+  if (s.has_device)
+    out += fmt::format("\ndevice    {} ms busy, {} ms idle", ms(s.kernel_us), ms(s.device_idle_us));
+  out += "\n";
+  for (const auto& w : s.warnings) out += "warning: " + w + "\n";
+
+  std::vector<Row> rows;
+  for (size_t i = 0; i < a.ops.size() && static_cast<int>(i) < top; ++i) {
+    const auto& o = a.ops[i];
+    Row r{clip(o.name, 60), std::to_string(o.count), ms(o.total_us), ms(o.self_us),
+          fmt::format("{:.1f}", o.total_us / static_cast<double>(o.count))};
+    if (s.has_device) r.push_back(ms(o.device_us));
+    rows.push_back(r);
+  }
+  Row header{"op", "count", "total ms", "self ms", "mean us"};
+  if (s.has_device) header.push_back("device ms");
+  out += fmt::format("\ntop {} ops by self time\n", rows.size()) + format_table(header, rows);
+
+  rows.clear();
+  for (size_t i = 0; i < a.findings.size() && static_cast<int>(i) < top; ++i) {
+    const auto& f = a.findings[i];
+    rows.push_back({f.mined ? clip(f.pattern, 40) : f.rule, clip(f.replacement, 40), std::to_string(f.occurrences),
+                    ms(per_step(a, f.time_us)), ms(per_step(a, f.est_saving_us)), f.estimate, places(f, 3)});
+  }
+  const char* unit = s.steps > 0 ? "per step" : "in the trace";
+  out += fmt::format("\nfindings: {} ({} shown; times {})\n", a.findings.size(), rows.size(), unit);
+  if (!rows.empty())
+    out += format_table({"rule", "replacement", "occurrences", "time ms", "est. saving ms", "estimate", "where"}, rows);
+  return out;
+}
+
+std::string format_diff(const analyze::Diff& d, const Analysis& after, int top) {
+  std::string out = fmt::format("\nbefore -> after: {}\n", after.trace.path);
+  if (d.step_us_before > 0 && d.step_us_after > 0)
+    out += fmt::format("step time  {} -> {} ms ({:+.1f}%)\n", ms(d.step_us_before), ms(d.step_us_after),
+                       100 * (d.step_us_after / d.step_us_before - 1));
+  std::vector<Row> rows;
+  for (size_t i = 0; i < d.ops.size() && static_cast<int>(i) < top; ++i) {
+    const auto& c = d.ops[i];
+    rows.push_back({clip(c.name, 60), std::to_string(c.count_before), std::to_string(c.count_after),
+                    ms(c.total_us_before), ms(c.total_us_after), fmt::format("{:+.2f}", (c.total_us_after - c.total_us_before) / 1000)});
+  }
+  out += format_table({"op", "count before", "count after", "ms before", "ms after", "change ms"}, rows);
+  for (const auto& f : d.vanished) out += fmt::format("gone: {} ({}) x{}\n", f.rule, clip(f.pattern, 50), f.occurrences);
+  for (const auto& f : d.appeared) out += fmt::format("new:  {} ({}) x{}\n", f.rule, clip(f.pattern, 50), f.occurrences);
+  return out;
+}
+
+nlohmann::json analysis_json(const Analysis& a) {
+  nlohmann::json device = nullptr;
+  if (a.trace.has_device) device = {{"kernel_us", a.trace.kernel_us}, {"idle_us", a.trace.device_idle_us}};
+  return {{"trace", summary_json(a.trace)},
+          {"ops", ops_json(a)},
+          {"device", device},
+          {"findings", findings_json(a.findings, a.trace.backend)},
+          {"diff", nullptr}};
+}
+
+void add_diff(nlohmann::json& analysis, const analyze::Diff& d, const Analysis& after) {
+  nlohmann::json ops = nlohmann::json::array();
+  for (const auto& c : d.ops)
+    ops.push_back({{"name", c.name},
+                   {"count_before", c.count_before},
+                   {"count_after", c.count_after},
+                   {"total_us_before", c.total_us_before},
+                   {"total_us_after", c.total_us_after}});
+  nlohmann::json after_json = analysis_json(after);
+  after_json.erase("diff");
+  analysis["diff"] = {{"after", after_json},
+                      {"step_us_before", d.step_us_before},
+                      {"step_us_after", d.step_us_after},
+                      {"ops", ops},
+                      {"findings_vanished", findings_json(d.vanished, after.trace.backend)},
+                      {"findings_appeared", findings_json(d.appeared, after.trace.backend)}};
+}
+
+}  // namespace opfuse::report

@@ -1,0 +1,278 @@
+// Each event's fields are visited once, unknown ones skipped unparsed, names interned.
+// Timestamps are read from their text (Ascend writes them as decimal strings, Kineto as large
+// numbers) and kept relative to the first one, so microsecond fractions survive in a double.
+// Compiled twice (see CMakeLists.txt): OPFUSE_KERNEL names the instruction set.
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "trace/document.h"
+
+namespace opfuse::trace::detail {
+namespace OPFUSE_KERNEL {
+namespace {
+
+using simdjson::ondemand::json_type;
+using simdjson::ondemand::value;
+
+constexpr size_t kMaxWarnings = 5;
+
+// An event the reader cannot use; it is skipped, not fatal.
+struct BadEvent : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A JSON number as an id or count; anything that does not fit is malformed, not undefined.
+int64_t to_int64(double d) {
+  if (!(d > -9.2e18 && d < 9.2e18)) throw BadEvent(fmt::format("number {} out of range", d));
+  return static_cast<int64_t>(d);
+}
+
+double parse_double(std::string_view text) {
+  double d = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), d);
+  if (ec != std::errc() || end != text.data() + text.size()) throw BadEvent(fmt::format("'{}' is not a number", text));
+  return d;
+}
+
+struct Reader {
+  Trace& trace;
+  bool have_origin = false;
+  std::string scratch;  // reused for joined Input Dims / Input type
+
+  // "1704161511420306.491" (quoted or not) → microseconds since the first timestamp.
+  double timestamp(value v) {
+    std::string_view text;
+    if (v.type() == json_type::string) text = v.get_string();
+    else if (v.type() == json_type::number) text = v.raw_json_token();
+    else throw BadEvent("ts is not a number");
+    while (!text.empty() && (text.back() == ' ' || text.back() == ',' || text.back() == '\n' || text.back() == '\r' ||
+                             text.back() == '\t' || text.back() == '}' || text.back() == ']'))
+      text.remove_suffix(1);
+    const size_t dot = text.find_first_of(".eE");
+    if (dot != std::string_view::npos && text[dot] != '.') {  // 1.7e15: rare, and precise enough
+      const double d = parse_double(text);
+      if (!have_origin) set_origin(to_int64(d));
+      return d - static_cast<double>(trace.origin_us);
+    }
+    int64_t whole = 0;
+    const char* whole_end = text.data() + (dot == std::string_view::npos ? text.size() : dot);
+    const auto [end, ec] = std::from_chars(text.data(), whole_end, whole);
+    if (ec != std::errc() || end != whole_end) throw BadEvent(fmt::format("bad timestamp '{}'", text));
+    double fraction = 0;
+    if (dot != std::string_view::npos && dot + 1 < text.size()) {
+      fraction = parse_double(text.substr(dot + 1));
+      for (size_t i = dot + 1; i < text.size(); ++i) fraction /= 10;
+    }
+    if (!have_origin) set_origin(whole);
+    return static_cast<double>(whole - trace.origin_us) + (text.front() == '-' ? -fraction : fraction);
+  }
+
+  void set_origin(int64_t us) {
+    trace.origin_us = us;
+    have_origin = true;
+  }
+
+  double number(value v) {
+    if (v.type() == json_type::string) return parse_double(v.get_string().value());
+    if (v.type() != json_type::number) throw BadEvent("dur is not a number");
+    return v.get_double();
+  }
+
+  int64_t integer(value v) {
+    if (v.type() == json_type::string) return std::strtoll(std::string(v.get_string().value()).c_str(), nullptr, 10);
+    if (v.type() != json_type::number) return -1;
+    return to_int64(v.get_double());
+  }
+
+  // A numeric id, or a string one ("stream 7", "CPU functions") interned as −1 − index.
+  int64_t id(value v) {
+    if (v.type() == json_type::string) return -1 - static_cast<int64_t>(trace.intern(v.get_string().value()));
+    if (v.type() != json_type::number) throw BadEvent("pid/tid is neither a number nor a string");
+    return to_int64(v.get_double());
+  }
+
+  uint32_t string(value v) {
+    if (v.type() != json_type::string) return 0;
+    return trace.intern(v.get_string().value());
+  }
+
+  // [[4, 3, 64, 64], [], [16]] → "4,3,64,64;;16"; nested lists (TensorList inputs) become "*".
+  uint32_t dims(value v) {
+    if (v.type() != json_type::array) return 0;
+    scratch.clear();
+    bool first_input = true;
+    for (auto input : v.get_array()) {
+      if (!first_input) scratch += ';';
+      first_input = false;
+      value in = input.value();
+      if (in.type() != json_type::array) continue;
+      bool first_dim = true;
+      for (auto dim : in.get_array()) {
+        if (!first_dim) scratch += ',';
+        first_dim = false;
+        value d = dim.value();
+        if (d.type() == json_type::number) fmt::format_to(std::back_inserter(scratch), "{}", to_int64(d.get_double()));
+        else scratch += '*';
+      }
+    }
+    return trace.intern(scratch);
+  }
+
+  uint32_t types(value v) {
+    if (v.type() != json_type::array) return 0;
+    scratch.clear();
+    bool first = true;
+    for (auto item : v.get_array()) {
+      if (!first) scratch += ';';
+      first = false;
+      value t = item.value();
+      if (t.type() == json_type::string) scratch += t.get_string().value();
+    }
+    return trace.intern(scratch);
+  }
+
+  // Only the innermost frames locate an op; Ascend separates frames with ";\r\n".
+  uint32_t stack(value v) {
+    if (v.type() != json_type::string) return 0;
+    std::string_view s = v.get_string();
+    size_t end = 0;
+    for (int frames = 0; frames < 3 && end != std::string_view::npos; ++frames) end = s.find(';', end + (frames > 0));
+    return trace.intern(s.substr(0, end));
+  }
+
+  void args(simdjson::ondemand::object obj, Event& e, std::string* metadata_name) {
+    for (auto field : obj) {
+      const std::string_view key = field.unescaped_key();
+      value v = field.value();
+      if (key == "Sequence number") e.sequence_nr = integer(v);
+      else if (key == "External id" || key == "external id") e.external_id = integer(v);
+      else if (key == "correlation") e.correlation = integer(v);
+      else if (key == "Module Hierarchy") e.module = string(v);
+      else if (key == "Input Dims") e.dims = dims(v);
+      else if (key == "Input type") e.types = types(v);
+      else if (key == "Call stack") e.stack = stack(v);
+      else if (key == "name" && metadata_name != nullptr && v.type() == json_type::string)
+        *metadata_name = std::string(v.get_string().value());
+    }
+  }
+
+  // Returns false (with the reason) for an event to skip; the JSON itself was well formed.
+  void event(simdjson::ondemand::object obj) {
+    Event e;
+    std::string metadata_name;
+    bool has_ts = false;
+    std::string bad;
+    for (auto field : obj) {
+      const std::string_view key = field.unescaped_key();
+      value v = field.value();
+      try {
+        if (key == "ph") {
+          if (v.type() != json_type::string) throw BadEvent("ph is not a string");
+          const std::string_view ph = v.get_string();
+          e.phase = ph.empty() ? '?' : ph.front();
+        } else if (key == "name") {
+          e.name = string(v);
+        } else if (key == "cat") {
+          e.category = string(v);
+        } else if (key == "pid") {
+          e.pid = id(v);
+        } else if (key == "tid") {
+          e.tid = id(v);
+        } else if (key == "ts") {
+          e.ts = timestamp(v);
+          has_ts = true;
+        } else if (key == "dur") {
+          e.dur = number(v);
+          if (!(e.dur >= 0)) throw BadEvent(fmt::format("negative dur {}", e.dur));
+        } else if (key == "id") {
+          e.flow_id = id(v);
+        } else if (key == "bp") {
+          e.binds_enclosing = v.type() == json_type::string && v.get_string().value() == "e";
+        } else if (key == "args" && v.type() == json_type::object) {
+          args(v.get_object(), e, &metadata_name);
+        }
+      } catch (const BadEvent& why) {
+        if (bad.empty()) bad = why.what();
+      }
+    }
+    if (e.phase == 'M') return metadata(e, metadata_name);
+    if (bad.empty() && !has_ts && e.phase != 'f' && e.phase != 's') bad = "no ts";
+    if (!bad.empty()) throw BadEvent(bad);
+    trace.events.push_back(e);
+  }
+
+  void metadata(const Event& e, const std::string& name) {
+    const std::string& kind = trace.strings[e.name];
+    if (kind == "process_name") trace.process_names[e.pid] = name;
+    if (kind == "thread_name") trace.thread_names[e.tid] = name;
+  }
+};
+
+// Where the first byte that is not UTF-8 is (simdjson only says that there is one).
+int64_t invalid_utf8_offset(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size() || !simdjson::validate_utf8(s.data() + i, n)) return static_cast<int64_t>(i);
+    i += n;
+  }
+  return static_cast<int64_t>(s.size());
+}
+
+}  // namespace
+
+Trace parse(Document& in) {
+  Trace trace;
+  Reader reader{trace, false, {}};
+  thread_local simdjson::ondemand::parser parser;  // its buffers are reused chunk after chunk
+  simdjson::ondemand::document doc;
+  const char* event_start = in.json.data();
+  auto offset = [&] { return in.base + static_cast<int64_t>(event_start - in.json.data()); };
+  try {
+    doc = parser.iterate(simdjson::padded_string_view(in.json.data(), in.json.size(), in.json.size() + simdjson::SIMDJSON_PADDING));
+    auto read_events = [&](simdjson::ondemand::array events) {
+      for (auto item : events) {
+        if (auto at = doc.current_location(); !at.error()) event_start = at.value();
+        try {
+          reader.event(item.get_object());
+        } catch (const BadEvent& why) {
+          ++trace.skipped;
+          if (trace.warnings.size() < kMaxWarnings)
+            trace.warnings.push_back(fmt::format("{}: event skipped: {} at byte {}", in.name, why.what(), offset()));
+        }
+      }
+    };
+    if (doc.type() == json_type::array) {
+      read_events(doc.get_array());
+    } else {
+      bool found = false;
+      for (auto field : doc.get_object()) {
+        const std::string_view key = field.unescaped_key();
+        if (key == "traceEvents") {
+          read_events(field.value().get_array());
+          found = true;
+        } else if (key == "opfuse") {
+          in.opfuse_metadata = true;
+        }
+      }
+      if (!found) throw std::invalid_argument("no \"traceEvents\" array");
+    }
+  } catch (const simdjson::simdjson_error& e) {
+    if (e.error() == simdjson::UTF8_ERROR) event_start = in.json.data() + invalid_utf8_offset(in.json);
+    throw std::invalid_argument(fmt::format("{}: malformed trace at byte {} ({})", in.name, offset(), e.what()));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("{}: {} at byte {}", in.name, e.what(), offset()));
+  }
+  return trace;
+}
+
+}  // namespace OPFUSE_KERNEL
+
+Trace OPFUSE_ENTRY(Document& doc) { return OPFUSE_KERNEL::parse(doc); }
+
+}  // namespace opfuse::trace::detail

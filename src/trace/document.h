@@ -1,0 +1,25 @@
+// One JSON document of trace events → Trace, with simdjson's on-demand parser. document.cpp is
+// compiled once per instruction set (simdjson picks its kernel at compile time for on-demand),
+// and reader.cpp calls the one this CPU supports.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "opfuse/trace.h"
+
+namespace opfuse::trace::detail {
+
+struct Document {
+  std::string_view json;  // followed by at least simdjson's padding of readable bytes
+  std::string_view name;  // labels errors and warnings
+  int64_t base = 0;       // byte offset of json[0] in the file
+  bool opfuse_metadata = false;  // set when the top-level object has an "opfuse" key
+};
+
+// Parses an array of events or an object with "traceEvents". Throws std::invalid_argument
+// "NAME: <what> at byte N". An event it cannot use is skipped and warned about.
+Trace parse_document_haswell(Document& doc);
+Trace parse_document_generic(Document& doc);
+
+}  // namespace opfuse::trace::detail

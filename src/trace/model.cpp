@@ -1,0 +1,224 @@
+// Trace → Model: op trees from nesting on each thread, device work linked to the host op that
+// launched it, backward ops linked to their forward op, steps.
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+#include "opfuse/trace.h"
+
+namespace opfuse::trace {
+namespace {
+
+constexpr double kSlack = 0.01;  // µs: rounding in ts + dur must not break nesting
+
+bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+struct Classifier {
+  const Trace& trace;
+  std::unordered_map<uint32_t, Kind> by_category;
+  std::vector<int64_t> device_pids;  // Ascend: the "Ascend Hardware" process holds device tasks
+  std::vector<int64_t> cann_pids;    // and "CANN" the runtime calls that enqueue them
+
+  explicit Classifier(const Trace& t) : trace(t) {
+    const std::pair<const char*, Kind> table[] = {
+        {"cpu_op", Kind::op},          {"Operator", Kind::op},         {"operator", Kind::op},
+        {"user_annotation", Kind::annotation},                         {"gpu_user_annotation", Kind::other},
+        {"kernel", Kind::device},      {"Kernel", Kind::device},       {"gpu_memcpy", Kind::device},
+        {"gpu_memset", Kind::device},  {"Memcpy", Kind::device},       {"Memset", Kind::device},
+        {"cuda_runtime", Kind::runtime}, {"cuda_driver", Kind::runtime}, {"Runtime", Kind::runtime}};
+    for (const auto& [name, kind] : table)
+      for (size_t i = 0; i < t.strings.size(); ++i)
+        if (t.strings[i] == name) by_category[static_cast<uint32_t>(i)] = kind;
+    for (const auto& [pid, name] : t.process_names) {
+      if (name == "Ascend Hardware") device_pids.push_back(pid);
+      if (name == "CANN") cann_pids.push_back(pid);
+    }
+  }
+
+  Kind operator()(const Event& e) const {
+    if (e.phase == 's' || e.phase == 'f' || e.phase == 't') return Kind::flow;
+    if (e.phase != 'X') return Kind::other;
+    const std::string& name = trace.strings[e.name];
+    if (starts_with(name, "ProfilerStep#")) return Kind::step;
+    if (starts_with(name, "Optimizer.")) return Kind::op;  // record_function scopes in Kineto, ops in Ascend
+    if (std::find(device_pids.begin(), device_pids.end(), e.pid) != device_pids.end()) return Kind::device;
+    if (std::find(cann_pids.begin(), cann_pids.end(), e.pid) != cann_pids.end()) return Kind::runtime;
+    if (e.category == 0) return Kind::op;  // the legacy profiler writes no categories
+    const auto it = by_category.find(e.category);
+    return it == by_category.end() ? Kind::other : it->second;
+  }
+};
+
+using Lane = std::vector<int32_t>;
+
+struct Builder {
+  const Trace& trace;
+  Model& m;
+
+  double end(int32_t i) const { return trace.events[i].ts + trace.events[i].dur; }
+
+  std::map<std::pair<int64_t, int64_t>, Lane> lanes(bool device) {
+    std::map<std::pair<int64_t, int64_t>, Lane> out;
+    for (int32_t i = 0; i < static_cast<int32_t>(trace.events.size()); ++i) {
+      const Kind k = m.kind[i];
+      if (k == Kind::flow || trace.events[i].phase != 'X' || (k == Kind::device) != device) continue;
+      out[{trace.events[i].pid, trace.events[i].tid}].push_back(i);
+    }
+    for (auto& [key, lane] : out)
+      std::stable_sort(lane.begin(), lane.end(), [&](int32_t a, int32_t b) {
+        const Event &x = trace.events[a], &y = trace.events[b];
+        return x.ts != y.ts ? x.ts < y.ts : x.dur > y.dur;
+      });
+    return out;
+  }
+
+  // A slice that starts inside another but ends after it is not nested: it is counted and
+  // left out of the tree, rather than guessed into it.
+  void nest(Lane& lane) {
+    Lane stack, kept;
+    for (int32_t i : lane) {
+      const double ts = trace.events[i].ts;
+      while (!stack.empty() && end(stack.back()) <= ts + kSlack) stack.pop_back();
+      if (!stack.empty() && end(i) > end(stack.back()) + kSlack) {
+        ++m.overlapping;
+        m.kind[i] = Kind::other;
+        continue;
+      }
+      const int32_t p = stack.empty() ? -1 : stack.back();
+      m.parent[i] = p;
+      if (p >= 0) {
+        m.op_parent[i] = m.kind[p] == Kind::op ? p : m.op_parent[p];
+        m.annotation[i] = m.kind[p] == Kind::annotation ? p : m.annotation[p];
+      }
+      stack.push_back(i);
+      kept.push_back(i);
+    }
+    lane.swap(kept);
+  }
+
+  // The innermost slice of a sorted, nested lane that contains ts.
+  int32_t slice_at(const Lane& lane, double ts) const {
+    auto it = std::upper_bound(lane.begin(), lane.end(), ts + kSlack,
+                               [&](double t, int32_t i) { return t < trace.events[i].ts; });
+    if (it == lane.begin()) return -1;
+    for (int32_t i = *(it - 1); i >= 0; i = m.parent[i])
+      if (end(i) + kSlack >= ts) return i;
+    return -1;
+  }
+
+  int32_t op_at(const Lane& lane, double ts) const {
+    const int32_t i = slice_at(lane, ts);
+    if (i < 0) return -1;
+    return m.kind[i] == Kind::op ? i : m.op_parent[i];
+  }
+};
+
+bool is_backward_name(const std::string& name) {
+  return starts_with(name, "autograd::engine::evaluate_function") || name.find("Backward") != std::string::npos;
+}
+
+}  // namespace
+
+Model build_model(const Trace& trace) {
+  const size_t n = trace.events.size();
+  Model m;
+  m.kind.resize(n);
+  m.parent.assign(n, -1), m.op_parent.assign(n, -1), m.annotation.assign(n, -1);
+  m.launcher.assign(n, -1), m.forward.assign(n, -1);
+  const Classifier classify(trace);
+  for (size_t i = 0; i < n; ++i) m.kind[i] = classify(trace.events[i]);
+
+  Builder b{trace, m};
+  auto host = b.lanes(false);
+  for (auto& [key, lane] : host) b.nest(lane);
+  auto device = b.lanes(true);
+  for (auto& [key, lane] : device) m.device_lanes.push_back(lane);
+
+  // Op children, grouped by parent in time order; and each thread's top-level ops.
+  std::vector<int32_t> count(n + 1, 0);
+  for (auto& [key, lane] : host) {
+    Lane top;
+    for (int32_t i : lane) {
+      if (m.kind[i] == Kind::step) m.steps.push_back(i);
+      if (m.kind[i] != Kind::op) continue;
+      if (m.op_parent[i] < 0) top.push_back(i);
+      else ++count[m.op_parent[i] + 1];
+    }
+    if (!top.empty()) m.threads.push_back(std::move(top));
+  }
+  m.child_begin.assign(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) m.child_begin[i + 1] = m.child_begin[i] + count[i + 1];
+  m.children.resize(m.child_begin[n]);
+  std::vector<int32_t> fill(m.child_begin.begin(), m.child_begin.end() - 1);
+  for (auto& [key, lane] : host)
+    for (int32_t i : lane)
+      if (m.kind[i] == Kind::op && m.op_parent[i] >= 0) m.children[fill[m.op_parent[i]]++] = i;
+  std::sort(m.steps.begin(), m.steps.end(), [&](int32_t a, int32_t c) { return trace.events[a].ts < trace.events[c].ts; });
+
+  // Launches: a kernel's correlation names the runtime call (Kineto), or its external id the op
+  // (1.8 era); Ascend links op → task with torch_to_npu flows, and forward → backward by fwdbwd.
+  std::unordered_map<int64_t, int32_t> runtime_by_correlation, op_by_external_id;
+  for (size_t i = 0; i < n; ++i) {
+    const Event& e = trace.events[i];
+    if (m.kind[i] == Kind::runtime && e.correlation >= 0) runtime_by_correlation[e.correlation] = static_cast<int32_t>(i);
+    if (m.kind[i] == Kind::op && e.external_id >= 0) op_by_external_id.emplace(e.external_id, static_cast<int32_t>(i));
+  }
+  for (const Lane& lane : m.device_lanes)
+    for (int32_t i : lane) {
+      const Event& e = trace.events[i];
+      if (auto r = runtime_by_correlation.find(e.correlation); e.correlation >= 0 && r != runtime_by_correlation.end())
+        m.launcher[i] = m.op_parent[r->second];
+      else if (auto o = op_by_external_id.find(e.external_id); e.external_id >= 0 && o != op_by_external_id.end())
+        m.launcher[i] = o->second;
+    }
+
+  struct FlowEnds {
+    int32_t from = -1, to = -1;
+  };
+  std::unordered_map<int64_t, FlowEnds> npu_flows, fwdbwd_flows;
+  for (size_t i = 0; i < n; ++i) {
+    const Event& e = trace.events[i];
+    if (m.kind[i] != Kind::flow || e.flow_id == -1) continue;
+    const std::string& cat = trace.strings[e.category];
+    const bool npu = cat == "async_npu" || trace.strings[e.name] == "torch_to_npu";
+    if (!npu && cat != "fwdbwd") continue;
+    auto& ends = (npu ? npu_flows : fwdbwd_flows)[e.flow_id];
+    (e.phase == 's' ? ends.from : ends.to) = static_cast<int32_t>(i);
+  }
+  std::map<std::pair<int64_t, int64_t>, const Lane*> device_by_thread;
+  for (const Lane& lane : m.device_lanes) device_by_thread[{trace.events[lane[0]].pid, trace.events[lane[0]].tid}] = &lane;
+  auto op_of_flow_end = [&](int32_t end_index) -> int32_t {
+    const Event& e = trace.events[end_index];
+    if (auto it = host.find({e.pid, e.tid}); it != host.end()) return b.op_at(it->second, e.ts);
+    return -1;
+  };
+  for (const auto& [id, ends] : npu_flows) {
+    if (ends.from < 0 || ends.to < 0) continue;
+    const Event& f = trace.events[ends.to];
+    const auto lane = device_by_thread.find({f.pid, f.tid});
+    if (lane == device_by_thread.end()) continue;
+    const int32_t task = b.slice_at(*lane->second, f.ts);
+    if (task >= 0) m.launcher[task] = op_of_flow_end(ends.from);
+  }
+  for (const auto& [id, ends] : fwdbwd_flows) {
+    if (ends.from < 0 || ends.to < 0) continue;
+    const int32_t fwd = op_of_flow_end(ends.from), bwd = op_of_flow_end(ends.to);
+    if (fwd >= 0 && bwd >= 0) m.forward[bwd] = fwd;
+  }
+  if (fwdbwd_flows.empty()) {  // older traces: match Sequence numbers instead
+    std::unordered_map<int64_t, int32_t> forward_by_sequence;
+    std::vector<int32_t> ops;
+    for (const auto& [key, lane] : host)
+      for (int32_t i : lane)
+        if (m.kind[i] == Kind::op && trace.events[i].sequence_nr >= 0) ops.push_back(i);
+    std::sort(ops.begin(), ops.end(), [&](int32_t a, int32_t c) { return trace.events[a].ts < trace.events[c].ts; });
+    for (int32_t i : ops) {
+      const int64_t seq = trace.events[i].sequence_nr;
+      if (!is_backward_name(trace.strings[trace.events[i].name])) forward_by_sequence.emplace(seq, i);
+      else if (auto f = forward_by_sequence.find(seq); f != forward_by_sequence.end()) m.forward[i] = f->second;
+    }
+  }
+  return m;
+}
+
+}  // namespace opfuse::trace
