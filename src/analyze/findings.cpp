@@ -72,6 +72,24 @@ int64_t elements(const Shape& s) {
   return n;
 }
 
+// The innermost call-stack frame outside torch itself: where the user's code called in.
+std::string user_frame(const std::string& stack) {
+  std::string first;
+  for (size_t a = 0; a < stack.size();) {
+    size_t b = stack.find(';', a);
+    if (b == std::string::npos) b = stack.size();
+    size_t x = a, y = b;
+    while (x < y && std::isspace(static_cast<unsigned char>(stack[x]))) ++x;
+    while (y > x && std::isspace(static_cast<unsigned char>(stack[y - 1]))) --y;
+    const std::string frame = stack.substr(x, y - x);
+    if (first.empty()) first = frame;
+    const bool in_torch = starts_with(frame, "torch/") || frame.find("/torch/") != std::string::npos;
+    if (!frame.empty() && !in_torch && !starts_with(frame, "<built-in")) return frame;
+    a = b + 1;
+  }
+  return first;
+}
+
 // One occurrence of a rule pattern or a mined chain.
 struct Match {
   std::string key;  // the rule's name, or the mined chain's names
@@ -216,7 +234,9 @@ struct Finder {
 
   // The single shape of an unclaimed elementwise op's tensor inputs, or null.
   const Shape* run_shape(int32_t e, const std::unordered_set<std::string>& elementwise) {
-    if (claimed[e] || !elementwise.count(name(e))) return nullptr;
+    if (!elementwise.count(name(e))) return nullptr;
+    for (int32_t x = e; x >= 0; x = m.op_parent[x])  // inside a match (an optimizer step) is taken
+      if (claimed[x]) return nullptr;
     const OpShapes& s = op_shapes(e);
     if (s.shapes.empty()) return nullptr;
     for (const Shape& x : s.shapes)
@@ -311,7 +331,7 @@ struct Finder {
       if (t.events[x].module != 0) return t.strings[t.events[x].module];
     if (m.annotation[e] >= 0) return t.strings[t.events[m.annotation[e]].name];
     for (int32_t x = e; x >= 0; x = m.op_parent[x])
-      if (t.events[x].stack != 0) return t.strings[t.events[x].stack];
+      if (t.events[x].stack != 0) return user_frame(t.strings[t.events[x].stack]);
     if (follow_forward)
       for (int32_t x = e; x >= 0; x = m.op_parent[x])
         if (m.forward[x] >= 0) {

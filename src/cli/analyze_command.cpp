@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/plugin.h"
 #include "opfuse/analyze.h"
-#include "opfuse/bench.h"
 #include "opfuse/report.h"
 #include "opfuse/report_html.h"
 
@@ -33,7 +33,10 @@ analyze::Analysis analyze_one(const std::string& path, const AnalyzeArgs& args, 
   analyze::Options options;
   options.backend = args.backend == "auto" ? analyze::detect_backend(t) : analyze::parse_backend(args.backend);
   // Timing an opfuse op here only says something about a CPU trace taken on a CPU like this one.
-  if (options.backend == analyze::Backend::cpu && !args.no_measure) options.measure = bench::time_fused_op;
+  if (options.backend == analyze::Backend::cpu && !args.no_measure) {
+    const auto time_op = reinterpret_cast<TimeFusedOp>(torch_symbol("opfuse_time_fused_op"));
+    options.measure = [time_op](const std::string& op, const std::string& dims) { return time_op(op.c_str(), dims.c_str()); };
+  }
   return analyze::analyze(t, path, rules, options);
 }
 

@@ -2,13 +2,13 @@
 // The only place that parses arguments or prints for people; exit codes per DESIGN.md:
 // 0 success, 1 the job ran and refused, 2 bad input or usage (one line on stderr).
 #include <CLI/CLI.hpp>
-#include <c10/util/Exception.h>
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <stdexcept>
 
 #include "cli/commands.h"
+#include "cli/plugin.h"
 
 namespace {
 
@@ -17,7 +17,7 @@ int fail(const std::string& message) {
   return 2;
 }
 
-// c10 errors carry a C++ backtrace after the first line; the user needs only that line.
+// Errors may carry a C++ backtrace after the first line; the user needs only that line.
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 }  // namespace
@@ -26,8 +26,15 @@ int main(int argc, char** argv) {
   CLI::App app{"opfuse: profile a PyTorch training run, find small-op chains, fuse them"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "opfuse 0.1.0");
-  std::vector<opfuse::cli::Run> commands{opfuse::cli::add_analyze(app), opfuse::cli::add_train(app),
-                                         opfuse::cli::add_bench_op(app)};
+  std::vector<opfuse::cli::Run> commands{opfuse::cli::add_analyze(app)};
+  try {
+    // `opfuse analyze …` never needs LibTorch to parse its arguments; everything else might.
+    if (!(argc > 1 && std::string(argv[1]) == "analyze"))
+      reinterpret_cast<opfuse::cli::AddTorchCommands>(opfuse::cli::torch_symbol("opfuse_add_torch_commands"))(app,
+                                                                                                     commands);
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -47,8 +54,6 @@ int main(int argc, char** argv) {
     return fail("no command given (see opfuse --help)");
   } catch (const std::invalid_argument& e) {
     return fail(first_line(e.what()));
-  } catch (const c10::Error& e) {
-    return fail(first_line(e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return fail(first_line(e.what()));
   }

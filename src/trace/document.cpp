@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "trace/document.h"
@@ -19,6 +20,13 @@ using simdjson::ondemand::json_type;
 using simdjson::ondemand::value;
 
 constexpr size_t kMaxWarnings = 5;
+
+// A field's key compared in place, without unescaping it (trace keys are never escaped); the
+// buffer's padding makes reading a few bytes past a short key safe.
+struct Key {
+  const char* raw;
+  bool operator==(std::string_view k) const { return std::memcmp(raw, k.data(), k.size()) == 0 && raw[k.size()] == '"'; }
+};
 
 // An event the reader cannot use; it is skipped, not fatal.
 struct BadEvent : std::runtime_error {
@@ -115,8 +123,13 @@ struct Reader {
         if (!first_dim) scratch += ',';
         first_dim = false;
         value d = dim.value();
-        if (d.type() == json_type::number) fmt::format_to(std::back_inserter(scratch), "{}", to_int64(d.get_double()));
-        else scratch += '*';
+        if (d.type() != json_type::number) {
+          scratch += '*';
+          continue;
+        }
+        char digits[24];
+        const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, to_int64(d.get_double()));
+        scratch.append(digits, end);
       }
     }
     return trace.intern(scratch);
@@ -140,13 +153,13 @@ struct Reader {
     if (v.type() != json_type::string) return 0;
     std::string_view s = v.get_string();
     size_t end = 0;
-    for (int frames = 0; frames < 3 && end != std::string_view::npos; ++frames) end = s.find(';', end + (frames > 0));
+    for (int frames = 0; frames < 6 && end != std::string_view::npos; ++frames) end = s.find(';', end + (frames > 0));
     return trace.intern(s.substr(0, end));
   }
 
   void args(simdjson::ondemand::object obj, Event& e, std::string* metadata_name) {
     for (auto field : obj) {
-      const std::string_view key = field.unescaped_key();
+      const Key key{field.key().value().raw()};
       value v = field.value();
       if (key == "Sequence number") e.sequence_nr = integer(v);
       else if (key == "External id" || key == "external id") e.external_id = integer(v);
@@ -167,7 +180,7 @@ struct Reader {
     bool has_ts = false;
     std::string bad;
     for (auto field : obj) {
-      const std::string_view key = field.unescaped_key();
+      const Key key{field.key().value().raw()};
       value v = field.value();
       try {
         if (key == "ph") {
@@ -228,6 +241,7 @@ int64_t invalid_utf8_offset(std::string_view s) {
 
 Trace parse(Document& in) {
   Trace trace;
+  trace.events.reserve(in.json.size() / 160);  // about the smallest event a profiler writes
   Reader reader{trace, false, {}};
   thread_local simdjson::ondemand::parser parser;  // its buffers are reused chunk after chunk
   simdjson::ondemand::document doc;
@@ -261,6 +275,10 @@ Trace parse(Document& in) {
         }
       }
       if (!found) throw std::invalid_argument("no \"traceEvents\" array");
+    }
+    if (auto at = doc.current_location(); !at.error()) {
+      event_start = at.value();
+      throw std::invalid_argument("more JSON after the end of the document");
     }
   } catch (const simdjson::simdjson_error& e) {
     if (e.error() == simdjson::UTF8_ERROR) event_start = in.json.data() + invalid_utf8_offset(in.json);

@@ -9,7 +9,8 @@
 namespace opfuse::trace {
 namespace {
 
-constexpr double kSlack = 0.01;  // µs: rounding in ts + dur must not break nesting
+constexpr double kSlack = 0.01;    // µs: rounding in ts + dur must not break nesting
+constexpr double kOverhang = 1.0;  // µs a child may run past its parent and still nest
 
 bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
@@ -79,7 +80,12 @@ struct Builder {
     for (int32_t i : lane) {
       const double ts = trace.events[i].ts;
       while (!stack.empty() && end(stack.back()) <= ts + kSlack) stack.pop_back();
-      if (!stack.empty() && end(i) > end(stack.back()) + kSlack) {
+      // Profilers round: a slice that runs a hair past its parent still belongs to it. A step or
+      // annotation crossed by an op is closed early rather than cutting the op out.
+      while (!stack.empty() && end(i) > end(stack.back()) + kOverhang &&
+             (m.kind[stack.back()] == Kind::step || m.kind[stack.back()] == Kind::annotation))
+        stack.pop_back();
+      if (!stack.empty() && end(i) > end(stack.back()) + kOverhang) {
         ++m.overlapping;
         m.kind[i] = Kind::other;
         continue;

@@ -75,6 +75,33 @@ size_t events_begin(std::string_view json, const std::string& name, bool& opfuse
   return i + 1;
 }
 
+// The offset of the ']' that closes the event array, or npos. In an object, other keys may follow
+// ("traceName", "deviceProperties" …): the earliest ']' near the end whose remainder reads as the
+// rest of an object is the one.
+size_t events_end(std::string_view json, size_t from, const std::string& name) {
+  size_t last = json.size();
+  while (last > from && is_space(json[last - 1])) --last;
+  if (last == from) return std::string_view::npos;
+  if (json[last - 1] == ']') {
+    const size_t first = skip_space(json, 0);
+    if (json[first] == '[') return last - 1;
+  }
+  const size_t window = std::max(from, json.size() - std::min(json.size(), size_t{1} << 20));
+  std::vector<size_t> candidates;
+  for (size_t i = last; i-- > window && candidates.size() < 64;)
+    if (json[i] == ']') candidates.push_back(i);
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+    const std::string rest = padded("{\"traceEvents\":[" + std::string(json.substr(*it)));
+    Document doc{rest, name};
+    try {
+      parse_document(doc);
+      return *it;
+    } catch (const std::invalid_argument&) {
+    }
+  }
+  return std::string_view::npos;
+}
+
 // The start of the first event after `from` that follows "},": a likely event boundary.
 size_t next_boundary(std::string_view json, size_t from) {
   for (size_t comma = json.find(',', from); comma != std::string_view::npos; comma = json.find(',', comma + 1)) {
@@ -87,29 +114,27 @@ size_t next_boundary(std::string_view json, size_t from) {
   return std::string_view::npos;
 }
 
-std::vector<size_t> chunk_starts(std::string_view json, size_t begin) {
+// Where each chunk starts; the last entry is the array's ']'.
+std::vector<size_t> chunk_starts(std::string_view json, size_t begin, size_t end) {
   std::vector<size_t> starts{begin};
-  for (size_t guess = begin + kChunkBytes; guess < json.size(); guess = starts.back() + kChunkBytes) {
+  for (size_t guess = begin + kChunkBytes; guess < end; guess = starts.back() + kChunkBytes) {
     const size_t at = next_boundary(json, guess);
-    if (at == std::string_view::npos) break;
+    if (at == std::string_view::npos || at >= end) break;
     starts.push_back(at);
   }
+  starts.push_back(end);
   return starts;
 }
 
-// Chunk i as its own document, "[" + its events + "]", written into `out` (reused across chunks);
-// the last one runs to the end of the file (its array's own ']' ends it).
+// Chunk i as its own document, "[" + its events + "]", written into `out` (reused across chunks).
 void chunk_document(std::string_view json, const std::vector<size_t>& starts, size_t i, std::string& out) {
-  size_t end = json.size();
-  if (i + 1 < starts.size()) {
-    end = starts[i + 1];
-    while (end > starts[i] && (is_space(json[end - 1]) || json[end - 1] == ',')) --end;
-  }
+  size_t end = starts[i + 1];
+  while (end > starts[i] && (is_space(json[end - 1]) || json[end - 1] == ',')) --end;
   out.clear();
   out.reserve(end - starts[i] + 2 + simdjson::SIMDJSON_PADDING);
   out += '[';
   out.append(json.data() + starts[i], end - starts[i]);
-  if (i + 1 < starts.size()) out += ']';
+  out += ']';
 }
 
 // Runs task(i) for i in [0, n) on all cores; returns false if any task threw.
@@ -133,47 +158,60 @@ bool run_parallel(size_t n, const std::function<void(size_t)>& task) {
   return !failed;
 }
 
-// Chunk strings are re-interned into the merged table; string ids in pids and tids too.
-void append(Trace& into, Trace&& part, bool first) {
-  std::vector<uint32_t> map(part.strings.size());
-  for (size_t i = 0; i < part.strings.size(); ++i) map[i] = into.intern(part.strings[i]);
-  auto id = [&](int64_t v) { return v < 0 ? -1 - static_cast<int64_t>(map[-1 - v]) : v; };
-  if (first) into.origin_us = part.origin_us;
-  const double shift = static_cast<double>(part.origin_us - into.origin_us);
-  into.events.reserve(into.events.size() + part.events.size());
-  for (Event e : part.events) {
-    e.name = map[e.name], e.category = map[e.category], e.module = map[e.module];
-    e.dims = map[e.dims], e.types = map[e.types], e.stack = map[e.stack];
-    e.pid = id(e.pid), e.tid = id(e.tid);
-    e.ts += shift;
-    into.events.push_back(e);
+// Chunk strings are re-interned into the merged table, string ids in pids and tids too; the
+// events are then copied into place on all cores, each chunk freed once copied.
+void merge(Trace& into, std::vector<Trace>& parts) {
+  std::vector<std::vector<uint32_t>> maps(parts.size());
+  std::vector<size_t> offset(parts.size() + 1, 0);
+  bool have_origin = false;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    Trace& part = parts[p];
+    for (size_t i = 0; i < part.strings.size(); ++i) maps[p].push_back(into.intern(part.strings[i]));
+    if (!have_origin && !part.events.empty()) into.origin_us = part.origin_us, have_origin = true;
+    offset[p + 1] = offset[p] + part.events.size();
   }
-  for (auto& [pid, n] : part.process_names) into.process_names[id(pid)] = n;
-  for (auto& [tid, n] : part.thread_names) into.thread_names[id(tid)] = n;
-  into.skipped += part.skipped;
-  for (auto& w : part.warnings)
-    if (into.warnings.size() < 5) into.warnings.push_back(std::move(w));
+  into.events.resize(offset.back());
+  run_parallel(parts.size(), [&](size_t p) {
+    const std::vector<uint32_t>& map = maps[p];
+    auto id = [&](int64_t v) { return v < 0 ? -1 - static_cast<int64_t>(map[-1 - v]) : v; };
+    const double shift = static_cast<double>(parts[p].origin_us - into.origin_us);
+    Event* out = into.events.data() + offset[p];
+    for (Event e : parts[p].events) {
+      e.name = map[e.name], e.category = map[e.category], e.module = map[e.module];
+      e.dims = map[e.dims], e.types = map[e.types], e.stack = map[e.stack];
+      e.pid = id(e.pid), e.tid = id(e.tid);
+      e.ts += shift;
+      *out++ = e;
+    }
+    std::vector<Event>().swap(parts[p].events);
+  });
+  for (size_t p = 0; p < parts.size(); ++p) {
+    auto id = [&](int64_t v) { return v < 0 ? -1 - static_cast<int64_t>(maps[p][-1 - v]) : v; };
+    for (auto& [pid, n] : parts[p].process_names) into.process_names[id(pid)] = n;
+    for (auto& [tid, n] : parts[p].thread_names) into.thread_names[id(tid)] = n;
+    into.skipped += parts[p].skipped;
+    for (auto& w : parts[p].warnings)
+      if (into.warnings.size() < 5) into.warnings.push_back(std::move(w));
+  }
 }
 
 bool parse_in_chunks(std::string_view json, const std::string& name, Trace& trace, bool& opfuse_metadata) {
   const size_t begin = events_begin(json, name, opfuse_metadata);
   if (begin == std::string_view::npos) return false;
-  const std::vector<size_t> starts = chunk_starts(json, begin);
-  if (starts.size() < 2) return false;
-  std::vector<Trace> parts(starts.size());
-  const bool ok = run_parallel(starts.size(), [&](size_t i) {
+  const size_t end = events_end(json, begin, name);
+  if (end == std::string_view::npos) return false;
+  const std::vector<size_t> starts = chunk_starts(json, begin, end);
+  if (starts.size() < 3) return false;
+  std::vector<Trace> parts(starts.size() - 1);
+  const bool ok = run_parallel(parts.size(), [&](size_t i) {
     thread_local std::string text;
     chunk_document(json, starts, i, text);
     Document doc{text, name, static_cast<int64_t>(starts[i]) - 1};
     parts[i] = parse_document(doc);
   });
   if (!ok) return false;
-  bool first = true;
-  for (Trace& part : parts) {
-    const bool has_events = !part.events.empty();
-    append(trace, std::move(part), first && has_events);
-    first = first && !has_events;
-  }
+  trace.chunks = static_cast<int>(parts.size());
+  merge(trace, parts);
   return true;
 }
 

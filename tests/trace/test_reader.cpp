@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #include "opfuse/trace.h"
 
 namespace opfuse::trace {
@@ -123,10 +125,78 @@ TEST(Reader, MalformedInputIsAnErrorNamingFileAndOffset) {
   expect_error_with_offset("{", "open brace");
   expect_error_with_offset(R"({"traceEvents": [{"ph":"X","name":"a","ts":1,"dur":1},)", "truncated");
   expect_error_with_offset(R"({"other": 1})", "no traceEvents");
-  expect_error_with_offset(R"([{"ph":"X","name":"a","ts":1,"dur":-5}])", "negative dur");
-  expect_error_with_offset(R"([{"ph":"X","name":"a","ts":"abc","dur":1}])", "bad timestamp");
   expect_error_with_offset(R"([1, 2])", "events that are not objects");
+  expect_error_with_offset(R"([{"ph":"X","name":"a","ts":1,"dur":1}] [])", "trailing content");
+  expect_error_with_offset("[{\"ph\":\"X\",\"name\":\"\xff\xfe\",\"ts\":1}]", "invalid UTF-8");
+  expect_error_with_offset(std::string(3000, '[') + std::string(3000, ']'), "very deep nesting");
   EXPECT_THROW(read_trace(kData + "no_such_file.json"), std::invalid_argument);
+}
+
+// One unusable event is skipped with a warning naming its byte offset; the rest are kept.
+TEST(Reader, UnusableEventsAreSkippedWithAWarning) {
+  const std::string json = R"([{"ph":"X","name":"ok","ts":1,"dur":1},
+                                  {"ph":"X","name":"neg","ts":2,"dur":-5},
+                                  {"ph":"X","name":"text","ts":"abc","dur":1},
+                                  {"ph":"X","name":"nots","dur":1},
+                                  {"ph":"X","name":"strdur","ts":3,"dur":"long"},
+                                  {"ph":"X","name":"ok2","ts":4,"dur":"2.5"}])";
+  const Trace t = parse_trace(json, "bad.json");
+  ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.name(t.events[1]), "ok2");
+  EXPECT_DOUBLE_EQ(t.events[1].dur, 2.5);
+  EXPECT_EQ(t.skipped, 4);
+  ASSERT_EQ(t.warnings.size(), 4u);
+  EXPECT_NE(t.warnings[0].find("bad.json: event skipped: negative dur"), std::string::npos) << t.warnings[0];
+  const size_t at = json.find(R"({"ph":"X","name":"neg")");
+  EXPECT_NE(t.warnings[0].find(fmt::format("at byte {}", at)), std::string::npos) << t.warnings[0];
+}
+
+TEST(Reader, BeginEndPairsBecomeSlices) {
+  const Trace t = parse_trace(R"([{"ph":"B","name":"outer","pid":1,"tid":1,"ts":0},
+                                  {"ph":"B","name":"inner","pid":1,"tid":1,"ts":2},
+                                  {"ph":"E","pid":1,"tid":1,"ts":5},
+                                  {"ph":"E","pid":1,"tid":1,"ts":9},
+                                  {"ph":"E","pid":1,"tid":1,"ts":10}])",
+                              "be.json");
+  ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.name(t.events[0]), "outer");
+  EXPECT_EQ(t.events[0].phase, 'X');
+  EXPECT_DOUBLE_EQ(t.events[0].dur, 9);
+  EXPECT_DOUBLE_EQ(t.events[1].dur, 3);
+  EXPECT_EQ(t.skipped, 1);  // the E without a B
+}
+
+// A file big enough to be cut into chunks parses exactly as it does in one piece: same events,
+// same strings, timestamps relative to the file's first one. With "},{" inside strings the cuts
+// are wrong, and the reader must notice and parse the file in one piece instead.
+void expect_chunked_parse(const std::string& note, bool chunked) {
+  SCOPED_TRACE(note);
+  std::string json = R"({"opfuse": {"x": "},{"}, "traceEvents": [)";
+  const int n = 120000;
+  for (int i = 0; i < n; ++i)
+    json += fmt::format(R"({}{{"ph":"X","cat":"cpu_op","name":"op{}","pid":7,"tid":"t{}","ts":"1704161511{:06}.{:03}","dur":1.5,)"
+                        R"("args":{{"Input Dims":[[{},3],[]],"Sequence number":{},"note":"{}"}}}})",
+                        i ? ",\n" : "", i % 97, i % 3, i * 3, i % 1000, i % 5, i, note);
+  json += "]}";
+  ASSERT_GT(json.size(), size_t{16} << 20);
+  const Trace t = parse_trace(json, "big.json");
+  ASSERT_EQ(t.events.size(), static_cast<size_t>(n));
+  if (chunked) EXPECT_GT(t.chunks, 2);
+  else EXPECT_EQ(t.chunks, 1);
+  EXPECT_EQ(t.dialect, Dialect::opfuse);
+  for (int i : {0, 1, n / 2, n - 1}) {
+    const Event& e = t.events[i];
+    EXPECT_EQ(t.name(e), fmt::format("op{}", i % 97));
+    EXPECT_EQ(t.strings[-1 - e.tid], fmt::format("t{}", i % 3));
+    EXPECT_NEAR(e.ts, i * 3.0 + (i % 1000) / 1000.0, 1e-6);
+    EXPECT_EQ(t.strings[e.dims], fmt::format("{},3;", i % 5));
+    EXPECT_EQ(e.sequence_nr, i);
+  }
+}
+
+TEST(Reader, ChunkedParseMatchesTheWholeFile) {
+  expect_chunked_parse("plain", true);
+  expect_chunked_parse("},{", false);
 }
 
 // Corrupted copies of a real trace: every one either parses or throws invalid_argument —

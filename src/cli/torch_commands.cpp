@@ -1,0 +1,41 @@
+// libopfuse_commands.so's entry points: the commands that need LibTorch, and the fused-op timer
+// analyze uses. c10 errors become std::runtime_error with their first line, because the binary
+// that catches them knows nothing of c10.
+#include <c10/util/Exception.h>
+
+#include <stdexcept>
+
+#include "cli/plugin.h"
+#include "opfuse/bench.h"
+
+namespace {
+
+opfuse::cli::Run without_c10_errors(opfuse::cli::Run run) {
+  return [run]() {
+    try {
+      return run();
+    } catch (const c10::Error& e) {
+      const std::string what = e.what_without_backtrace();
+      throw std::runtime_error(what.substr(0, what.find('\n')));
+    }
+  };
+}
+
+}  // namespace
+
+extern "C" {
+
+void opfuse_add_torch_commands(CLI::App& app, std::vector<opfuse::cli::Run>& commands) {
+  commands.push_back(without_c10_errors(opfuse::cli::add_train(app)));
+  commands.push_back(without_c10_errors(opfuse::cli::add_bench_op(app)));
+}
+
+double opfuse_time_fused_op(const char* op, const char* dims) {
+  try {
+    return opfuse::bench::time_fused_op(op, dims);
+  } catch (const std::exception&) {
+    return -1;  // a shape the op rejects: the caller falls back to the bandwidth model
+  }
+}
+
+}  // extern "C"
