@@ -29,6 +29,8 @@ class Pattern {
   const std::string& text() const { return text_; }
   // The longest match of the names starting at names[0], or 0. Names are already normalised.
   size_t match(const std::vector<const std::string*>& names, size_t begin) const;
+  // Whether a match can begin with this name (always true for a pattern that can match nothing).
+  bool can_start(const std::string& name) const;
   struct Node;
 
  private:

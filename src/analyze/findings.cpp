@@ -11,6 +11,7 @@
 #include <cctype>
 #include <map>
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace opfuse::analyze {
@@ -104,7 +105,8 @@ struct Finder {
   const Model& m;
   const Options& o;
   std::vector<std::string> names;      // per string id, normalised (op names only)
-  std::map<std::pair<uint32_t, uint32_t>, OpShapes> shape_cache;
+  std::unordered_map<uint64_t, OpShapes> shape_cache;  // by (dims, types) string ids
+  std::vector<std::vector<char>> can_start;  // per rule pattern, per string id: may a match start here
   std::vector<double> time;            // per event: host time, or device time on device backends
   std::vector<char> claimed;
   std::map<std::pair<std::string, std::string>, double> measured;
@@ -130,7 +132,7 @@ struct Finder {
 
   const OpShapes& op_shapes(int32_t e) {
     const Event& ev = t.events[e];
-    auto [it, fresh] = shape_cache.try_emplace({ev.dims, ev.types});
+    auto [it, fresh] = shape_cache.try_emplace(uint64_t{ev.dims} << 32 | ev.types);
     if (!fresh) return it->second;
     const auto dims = parse_dims(t.strings[ev.dims]);
     std::vector<std::string_view> types;
@@ -167,10 +169,13 @@ struct Finder {
                       std::vector<Match>& out) {
     std::vector<const std::string*> seq_names(seq.size());
     for (size_t i = 0; i < seq.size(); ++i) seq_names[i] = &name(seq[i]);
+    size_t k = 0;
     for (const Rule& rule : rules)
-      for (const RulePattern& rp : rule.patterns)
+      for (const RulePattern& rp : rule.patterns) {
+        const std::vector<char>& starts = can_start[k++];
         for (size_t i = 0; i < seq.size();) {
-          const size_t len = claimed[seq[i]] ? 0 : rp.pattern->match(seq_names, i);
+          const bool try_here = !claimed[seq[i]] && starts[t.events[seq[i]].name];
+          const size_t len = try_here ? rp.pattern->match(seq_names, i) : 0;
           if (len > 0) {
             std::vector<int32_t> ops(seq.begin() + i, seq.begin() + i + len);
             if (acceptable(rule, rp, ops)) {
@@ -184,6 +189,18 @@ struct Finder {
           }
           ++i;
         }
+      }
+  }
+
+  // Which op names each pattern can begin with, decided once per name rather than per op.
+  void prepare(const std::vector<Rule>& rules) {
+    for (const Rule& rule : rules)
+      for (const RulePattern& rp : rule.patterns) {
+        std::vector<char> starts(t.strings.size(), 0);
+        for (size_t i = 0; i < t.strings.size(); ++i)
+          if (!names[i].empty()) starts[i] = rp.pattern->can_start(names[i]);
+        can_start.push_back(std::move(starts));
+      }
   }
 
   bool acceptable(const Rule& rule, const RulePattern& rp, const std::vector<int32_t>& ops) {
@@ -391,6 +408,7 @@ bool natural_less(const std::string& a, const std::string& b) {
 std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const std::vector<Rule>& rules,
                                   const Options& options) {
   Finder finder(trace, model, options);
+  finder.prepare(rules);
   std::vector<Match> matches, mined;
   finder.for_each_sequence([&](const std::vector<int32_t>& seq, int32_t parent) {
     finder.match_sequence(seq, parent, rules, matches);

@@ -180,6 +180,10 @@ Pattern::~Pattern() = default;
 Pattern::Pattern(Pattern&&) noexcept = default;
 Pattern& Pattern::operator=(Pattern&&) noexcept = default;
 
+bool Pattern::can_start(const std::string& name) const {
+  return nullable_ || std::find(first_.begin(), first_.end(), name) != first_.end();
+}
+
 size_t Pattern::match(const std::vector<const std::string*>& names, size_t begin) const {
   if (begin >= names.size()) return 0;
   if (!nullable_ && std::find(first_.begin(), first_.end(), *names[begin]) == first_.end()) return 0;

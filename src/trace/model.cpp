@@ -16,7 +16,7 @@ bool starts_with(const std::string& s, std::string_view prefix) { return s.compa
 
 struct Classifier {
   const Trace& trace;
-  std::unordered_map<uint32_t, Kind> by_category;
+  std::vector<Kind> by_category;  // per string id; Kind::other for names that are no category
   std::vector<int64_t> device_pids;  // Ascend: the "Ascend Hardware" process holds device tasks
   std::vector<int64_t> cann_pids;    // and "CANN" the runtime calls that enqueue them
 
@@ -27,9 +27,10 @@ struct Classifier {
         {"kernel", Kind::device},      {"Kernel", Kind::device},       {"gpu_memcpy", Kind::device},
         {"gpu_memset", Kind::device},  {"Memcpy", Kind::device},       {"Memset", Kind::device},
         {"cuda_runtime", Kind::runtime}, {"cuda_driver", Kind::runtime}, {"Runtime", Kind::runtime}};
-    for (const auto& [name, kind] : table)
-      for (size_t i = 0; i < t.strings.size(); ++i)
-        if (t.strings[i] == name) by_category[static_cast<uint32_t>(i)] = kind;
+    by_category.assign(t.strings.size(), Kind::other);
+    for (size_t i = 0; i < t.strings.size(); ++i)
+      for (const auto& [name, kind] : table)
+        if (t.strings[i] == name) by_category[i] = kind;
     for (const auto& [pid, name] : t.process_names) {
       if (name == "Ascend Hardware") device_pids.push_back(pid);
       if (name == "CANN") cann_pids.push_back(pid);
@@ -45,8 +46,7 @@ struct Classifier {
     if (std::find(device_pids.begin(), device_pids.end(), e.pid) != device_pids.end()) return Kind::device;
     if (std::find(cann_pids.begin(), cann_pids.end(), e.pid) != cann_pids.end()) return Kind::runtime;
     if (e.category == 0) return Kind::op;  // the legacy profiler writes no categories
-    const auto it = by_category.find(e.category);
-    return it == by_category.end() ? Kind::other : it->second;
+    return by_category[e.category];
   }
 };
 
@@ -65,11 +65,13 @@ struct Builder {
       if (k == Kind::flow || trace.events[i].phase != 'X' || (k == Kind::device) != device) continue;
       out[{trace.events[i].pid, trace.events[i].tid}].push_back(i);
     }
+    // Parents first: by start, then longest; writers mostly emit that order already.
+    auto before = [&](int32_t a, int32_t b) {
+      const Event &x = trace.events[a], &y = trace.events[b];
+      return x.ts != y.ts ? x.ts < y.ts : x.dur > y.dur;
+    };
     for (auto& [key, lane] : out)
-      std::stable_sort(lane.begin(), lane.end(), [&](int32_t a, int32_t b) {
-        const Event &x = trace.events[a], &y = trace.events[b];
-        return x.ts != y.ts ? x.ts < y.ts : x.dur > y.dur;
-      });
+      if (!std::is_sorted(lane.begin(), lane.end(), before)) std::stable_sort(lane.begin(), lane.end(), before);
     return out;
   }
 

@@ -25,7 +25,7 @@ namespace {
 
 using detail::Document;
 
-constexpr size_t kChunkBytes = size_t{4} << 20;
+constexpr size_t kChunkBytes = size_t{1} << 20;  // small: each worker's parser buffers grow to ~5× this
 constexpr size_t kParallelBytes = size_t{16} << 20;  // smaller files parse faster on one thread
 constexpr size_t kMaxPrefixBytes = size_t{64} << 20;
 
@@ -195,7 +195,10 @@ void merge(Trace& into, std::vector<Trace>& parts) {
   }
 }
 
-bool parse_in_chunks(std::string_view json, const std::string& name, Trace& trace, bool& opfuse_metadata) {
+// On success the file's bytes are released before the merge, so they and the merged events are
+// never held at once.
+bool parse_in_chunks(std::string& bytes, const std::string& name, Trace& trace, bool& opfuse_metadata) {
+  const std::string_view json = bytes;
   const size_t begin = events_begin(json, name, opfuse_metadata);
   if (begin == std::string_view::npos) return false;
   const size_t end = events_end(json, begin, name);
@@ -211,6 +214,7 @@ bool parse_in_chunks(std::string_view json, const std::string& name, Trace& trac
   });
   if (!ok) return false;
   trace.chunks = static_cast<int>(parts.size());
+  std::string().swap(bytes);
   merge(trace, parts);
   return true;
 }
@@ -320,11 +324,11 @@ void close_begin_end(Trace& t, const std::string& name) {
   t.events.resize(kept);
 }
 
-Trace parse_padded(std::string_view json, const std::string& name) {
+Trace parse_padded(std::string& bytes, const std::string& name) {
   Trace trace;
   bool opfuse_metadata = false;
-  if (json.size() < kParallelBytes || !parse_in_chunks(json, name, trace, opfuse_metadata)) {
-    Document doc{json, name};
+  if (bytes.size() < kParallelBytes || !parse_in_chunks(bytes, name, trace, opfuse_metadata)) {
+    Document doc{bytes, name};
     trace = parse_document(doc);
     opfuse_metadata = doc.opfuse_metadata;
   }
@@ -378,7 +382,7 @@ void Strings::grow() {
 }
 
 Trace parse_trace(std::string_view json, const std::string& name) {
-  const std::string bytes = padded(json);
+  std::string bytes = padded(json);
   return parse_padded(bytes, name);
 }
 
