@@ -1,0 +1,217 @@
+// The analyze stage on hand-written traces whose answers are known: op-name regexes, rule files
+// (opfuse's and the Ascend advisor's), op trees, device linking, locations, the miner, the diff.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "opfuse/analyze.h"
+
+namespace opfuse::analyze {
+namespace {
+
+size_t match(const std::string& pattern, std::vector<std::string> names, size_t begin = 0) {
+  std::vector<const std::string*> p;
+  for (const auto& n : names) p.push_back(&n);
+  return Pattern(pattern).match(p, begin);
+}
+
+TEST(Pattern, MatchesWholeOpNamesWithGroupsAndRepeats) {
+  EXPECT_EQ(match("sigmoid-mul", {"sigmoid", "mul", "add"}), 2u);
+  EXPECT_EQ(match("sigmoid-mul", {"sigmoid", "mul_"}), 0u);  // names are whole, not prefixes
+  EXPECT_EQ(match("(chunk|slice)-neg-cat-(mul){0,2}-add", {"slice", "neg", "cat", "mul", "mul", "add"}), 6u);
+  EXPECT_EQ(match("(chunk|slice)-neg-cat-(mul){0,2}-add", {"chunk", "neg", "cat", "add"}), 4u);
+  EXPECT_EQ(match("(chunk|slice)-neg-cat-(mul){0,2}-add", {"chunk", "neg", "cat", "mul", "mul", "mul", "add"}), 0u);
+  EXPECT_EQ(match("a-(b-c)+", {"a", "b", "c", "b", "c", "b"}), 5u);  // longest
+  EXPECT_EQ(match("a-(x)?-b", {"a", "b"}), 2u);
+  EXPECT_EQ(match("a-b*", {"a", "b", "b", "b"}), 4u);
+  EXPECT_EQ(match("mul-add", {"x", "mul", "add"}, 1), 2u);
+  EXPECT_EQ(match("Optimizer.step#Adam.step", {"Optimizer.step#Adam.step"}), 1u);
+}
+
+TEST(Pattern, BadPatternsNameTheirPosition) {
+  for (const char* bad : {"a-(b", "a--b", "a-{1}", "a{2,1}", "(a|)", "a)"}) {
+    try {
+      Pattern p(bad);
+      ADD_FAILURE() << bad;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("at character"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Rules, DefaultSetCoversTheNamedFusions) {
+  const auto rules = default_rules();
+  for (const char* name : {"silu", "se_gate", "gelu_tanh", "fast_gelu", "mish", "hardswish", "rms_norm", "layer_norm",
+                           "softmax", "swiglu", "rotary_embedding", "scaled_masked_softmax", "attention",
+                           "add_layer_norm", "confusion_transpose", "fused_adam"}) {
+    auto it = std::find_if(rules.begin(), rules.end(), [&](const Rule& r) { return r.name == name; });
+    ASSERT_NE(it, rules.end()) << name;
+    EXPECT_EQ(it->replacement.size(), 3u) << name << ": a replacement per backend";
+  }
+}
+
+TEST(Rules, ReadsTheAscendAdvisorFileUnchanged) {
+  const auto rules = load_rules(OPFUSE_TEST_DATA "/rules/ascend_advisor_timeline_fusion_ops.yaml");
+  auto find = [&](const std::string& name) {
+    auto it = std::find_if(rules.begin(), rules.end(), [&](const Rule& r) { return r.name == name; });
+    return it == rules.end() ? nullptr : &*it;
+  };
+  for (const char* name : {"torch_npu.npu_rms_norm", "torch_npu.npu_swiglu", "torch_npu.npu_rotary_mul",
+                           "torch_npu.npu_fusion_attention", "torch_npu.optim.NpuFusedAdam", "mindspeed.ops.npu_matmul_add"})
+    EXPECT_NE(find(name), nullptr) << name;
+  EXPECT_EQ(find("torch_npu.npu_swiglu")->patterns.size(), 10u);
+  EXPECT_EQ(find("torch_npu.optim.NpuFusedAdam")->kind, "optimizer");
+  EXPECT_THROW(parse_rules("rules: [{name: x}]", "r.yaml"), std::invalid_argument);
+  EXPECT_THROW(parse_rules("rules: [{name: x, patterns: [a], replacement: {tpu: y}}]", "r.yaml"), std::invalid_argument);
+  EXPECT_THROW(parse_rules("{ [", "r.yaml"), std::invalid_argument);
+}
+
+// One forward step of a tiny CUDA-like model: a Swish module (sigmoid, mul on one shape), an SE
+// gate (sigmoid on [2,8,1,1], mul broadcasting it), a chain no rule knows, twice, and kernels.
+std::string kineto_trace(bool fused) {
+  std::string ev;
+  double ts = 0;
+  int corr = 0;
+  auto op = [&](const std::string& name, const std::string& dims, double dur, const std::string& module = "") {
+    ev += R"({"ph":"X","cat":"cpu_op","name":")" + name + R"(","pid":1,"tid":1,"ts":)" + std::to_string(ts) +
+          R"(,"dur":)" + std::to_string(dur) + R"(,"args":{"Input Dims":)" + dims + R"(,"Input type":["float","float"])" +
+          (module.empty() ? "" : R"(,"Module Hierarchy":")" + module + "\"") + "}},\n";
+    // its launch and its kernel, linked by correlation
+    ev += R"({"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":)" + std::to_string(ts + 1) +
+          R"(,"dur":1,"args":{"correlation":)" + std::to_string(++corr) + "}},\n";
+    ev += R"({"ph":"X","cat":"kernel","name":"k_)" + name + R"(","pid":0,"tid":7,"ts":)" + std::to_string(ts + 3) +
+          R"(,"dur":)" + std::to_string(dur * 2) + R"(,"args":{"correlation":)" + std::to_string(corr) + "}},\n";
+    ts += dur * 3;
+  };
+  ev += R"({"ph":"X","cat":"user_annotation","name":"ProfilerStep#1","pid":1,"tid":1,"ts":0,"dur":100000},)" "\n";
+  for (int rep = 0; rep < 2; ++rep) {
+    if (fused) {
+      op("aten::silu", "[[2,8,4,4]]", 10, "model.act");
+    } else {
+      op("aten::sigmoid", "[[2,8,4,4]]", 10, "model.act");
+      op("aten::mul", "[[2,8,4,4],[2,8,4,4]]", 10, "model.act");
+    }
+    op("aten::sigmoid", "[[2,8,1,1]]", 10, "model.se");
+    op("aten::mul", "[[2,8,4,4],[2,8,1,1]]", 10, "model.se");
+    op("aten::add", "[[3,5],[3,5]]", 10, "model.head");
+    op("aten::exp", "[[3,5]]", 10, "model.head");
+    op("aten::conv2d", "[[2,8,4,4],[8,8,3,3]]", 50);
+  }
+  ev.resize(ev.size() - 2);
+  return "[" + ev + "]";
+}
+
+Analysis analyze_text(const std::string& json, Backend backend = Backend::cuda) {
+  const trace::Trace t = trace::parse_trace(json, "t.json");
+  Options o;
+  o.backend = backend;
+  return analyze(t, "t.json", default_rules(), o);
+}
+
+const Finding* find(const Analysis& a, const std::string& rule) {
+  for (const auto& f : a.findings)
+    if (f.rule == rule || (f.mined && f.pattern == rule)) return &f;
+  return nullptr;
+}
+
+TEST(Analyze, FindsRulesByShapeAndLocatesThemByModule) {
+  const Analysis a = analyze_text(kineto_trace(false));
+  EXPECT_EQ(a.trace.dialect, "PyTorch Kineto");
+  EXPECT_EQ(a.trace.steps, 1);
+  const Finding* silu = find(a, "silu");
+  const Finding* gate = find(a, "se_gate");
+  ASSERT_NE(silu, nullptr);
+  ASSERT_NE(gate, nullptr);
+  EXPECT_EQ(silu->occurrences, 2);
+  EXPECT_EQ(gate->occurrences, 2);
+  ASSERT_EQ(silu->locations.size(), 1u);
+  EXPECT_EQ(silu->locations[0].where, "model.act");
+  EXPECT_EQ(silu->locations[0].count, 2);
+  EXPECT_EQ(gate->locations[0].where, "model.se");
+  EXPECT_EQ(silu->replacement, "torch.nn.functional.silu");
+  // On a device trace the chain's time is its kernels' time: 2 ops × 20 µs, twice.
+  EXPECT_DOUBLE_EQ(silu->time_us, 80);
+  EXPECT_GT(silu->est_saving_us, 0);
+  EXPECT_LT(silu->est_saving_us, silu->time_us);
+  EXPECT_EQ(silu->estimate, "bandwidth");
+  // sigmoid-mul moves 5 tensors of one shape, the fused op 2: 60 % of the time is saved.
+  EXPECT_NEAR(silu->est_saving_us, 0.6 * 80, 1e-6);
+  const Finding* mined = find(a, "add-exp");
+  ASSERT_NE(mined, nullptr);
+  EXPECT_TRUE(mined->mined);
+  EXPECT_EQ(mined->occurrences, 2);
+}
+
+TEST(Analyze, OpTableAndDeviceTime) {
+  const Analysis a = analyze_text(kineto_trace(false));
+  auto conv = std::find_if(a.ops.begin(), a.ops.end(), [](const OpStat& s) { return s.name == "aten::conv2d"; });
+  ASSERT_NE(conv, a.ops.end());
+  EXPECT_EQ(conv->count, 2);
+  EXPECT_DOUBLE_EQ(conv->total_us, 100);
+  EXPECT_DOUBLE_EQ(conv->self_us, 98);     // the launch inside it is not its own time
+  EXPECT_DOUBLE_EQ(conv->device_us, 200);  // its kernels, found through the correlation id
+  EXPECT_TRUE(a.trace.has_device);
+  EXPECT_GT(a.trace.device_idle_us, 0);
+}
+
+TEST(Analyze, DiffShowsTheFusedChainGone) {
+  const Analysis before = analyze_text(kineto_trace(false)), after = analyze_text(kineto_trace(true));
+  const Diff d = diff(before, after);
+  ASSERT_EQ(d.vanished.size(), 1u);
+  EXPECT_EQ(d.vanished[0].rule, "silu");
+  EXPECT_TRUE(d.appeared.empty());
+  auto silu = std::find_if(d.ops.begin(), d.ops.end(), [](const OpChange& c) { return c.name == "aten::silu"; });
+  ASSERT_NE(silu, d.ops.end());
+  EXPECT_EQ(silu->count_before, 0);
+  EXPECT_EQ(silu->count_after, 2);
+}
+
+// A chain inside a wrapper op (the memory-efficient Swish's autograd Function) is found among
+// its children and costs the wrapper's whole time; its backward is placed by the fwdbwd flow.
+TEST(Analyze, ChainsInsideAParentAndBackwardLocations) {
+  const std::string json = R"({"opfuse": {}, "traceEvents": [
+    {"ph":"X","cat":"user_annotation","name":"blocks.0._swish","pid":1,"tid":1,"ts":0,"dur":30},
+    {"ph":"X","cat":"cpu_op","name":"SwishImplementation","pid":1,"tid":1,"ts":1,"dur":28,"args":{"Sequence number":5}},
+    {"ph":"X","cat":"cpu_op","name":"aten::sigmoid","pid":1,"tid":1,"ts":2,"dur":10,"args":{"Input Dims":[[4,4]]}},
+    {"ph":"X","cat":"cpu_op","name":"aten::mul","pid":1,"tid":1,"ts":13,"dur":10,"args":{"Input Dims":[[4,4],[4,4]]}},
+    {"ph":"s","cat":"fwdbwd","name":"fwdbwd","id":5,"pid":1,"tid":1,"ts":1},
+    {"ph":"X","cat":"cpu_op","name":"autograd::engine::evaluate_function: CppNode<Swish>","pid":1,"tid":2,"ts":50,"dur":40},
+    {"ph":"f","cat":"fwdbwd","name":"fwdbwd","id":5,"pid":1,"tid":2,"ts":50,"bp":"e"},
+    {"ph":"X","cat":"cpu_op","name":"aten::sigmoid","pid":1,"tid":2,"ts":51,"dur":4,"args":{"Input Dims":[[4,4]]}},
+    {"ph":"X","cat":"cpu_op","name":"aten::rsub","pid":1,"tid":2,"ts":56,"dur":4,"args":{"Input Dims":[[4,4],[]]}},
+    {"ph":"X","cat":"cpu_op","name":"aten::mul","pid":1,"tid":2,"ts":61,"dur":4,"args":{"Input Dims":[[4,4],[4,4]]}},
+    {"ph":"X","cat":"cpu_op","name":"aten::add","pid":1,"tid":2,"ts":66,"dur":4,"args":{"Input Dims":[[4,4],[]]}},
+    {"ph":"X","cat":"cpu_op","name":"aten::mul","pid":1,"tid":2,"ts":71,"dur":4,"args":{"Input Dims":[[4,4],[4,4]]}},
+    {"ph":"X","cat":"cpu_op","name":"aten::mul","pid":1,"tid":2,"ts":76,"dur":4,"args":{"Input Dims":[[4,4],[4,4]]}}]})";
+  const Analysis a = analyze_text(json, Backend::cpu);
+  EXPECT_EQ(a.trace.dialect, "opfuse profiler");
+  const Finding* silu = find(a, "silu");
+  ASSERT_NE(silu, nullptr);
+  EXPECT_EQ(silu->occurrences, 2);
+  EXPECT_DOUBLE_EQ(silu->time_us, 28 + 40);  // both wrappers whole
+  std::vector<std::string> places;
+  for (const auto& l : silu->locations) places.push_back(l.where);
+  std::sort(places.begin(), places.end());
+  EXPECT_EQ(places, (std::vector<std::string>{"blocks.0._swish", "blocks.0._swish (backward)"}));
+}
+
+TEST(Analyze, MeasuredSavingsComeFromTheTimer) {
+  const std::string json = R"([{"ph":"X","cat":"cpu_op","name":"aten::sigmoid","pid":1,"tid":1,"ts":0,"dur":10,"args":{"Input Dims":[[8,3]]}},
+    {"ph":"X","cat":"cpu_op","name":"aten::mul","pid":1,"tid":1,"ts":11,"dur":10,"args":{"Input Dims":[[8,3],[8,3]]}}])";
+  const trace::Trace t = trace::parse_trace(json, "m.json");
+  Options o;
+  std::string asked;
+  o.measure = [&](const std::string& op, const std::string& dims) {
+    asked = op + " " + dims;
+    return 4.0;
+  };
+  const Analysis a = analyze(t, "m.json", default_rules(), o);
+  ASSERT_FALSE(a.findings.empty());
+  EXPECT_EQ(asked, "silu 8,3");
+  EXPECT_DOUBLE_EQ(a.findings[0].est_saving_us, 20 - 4);
+  EXPECT_EQ(a.findings[0].estimate, "measured opfuse::silu");
+}
+
+}  // namespace
+}  // namespace opfuse::analyze

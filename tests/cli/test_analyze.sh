@@ -1,0 +1,99 @@
+#!/bin/sh
+# opfuse analyze end to end: the reference case on opfuse's own traces (memory-efficient Swish
+# before, fused after), the sample traces of other tools, the Ascend advisor's rule file, the
+# JSON keys, the HTML page, and one-line errors with exit 2 for bad input.
+set -eu
+opfuse="$1"
+data="$2"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+
+"$opfuse" analyze --help | grep -q -- --rules
+
+for swish in memory-efficient fused; do
+  "$opfuse" train --image-size 64 --batch-size 4 --steps 1 --warmup 1 --num-classes 10 --swish $swish \
+    --profile "$tmp/$swish.json" --profile-steps 2 > /dev/null
+done
+"$opfuse" analyze "$tmp/memory-efficient.json" "$tmp/fused.json" --json "$tmp/a.json" --html "$tmp/a.html" > "$tmp/a.txt"
+grep -q "opfuse profiler" "$tmp/a.txt"
+grep -q "^silu .*opfuse::silu" "$tmp/a.txt"
+/usr/bin/python3 - "$tmp/a.json" <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1]))
+t = a["trace"]
+for key in ("path", "dialect", "events", "duration_us", "steps"):
+    assert key in t, key
+assert t["dialect"] == "opfuse profiler" and t["steps"] == 2 and t["events"] > 1000
+for key in ("name", "count", "total_us", "self_us"):
+    assert key in a["ops"][0], key
+elementwise = [f for f in a["findings"] if f["kind"] in ("elementwise", "mined")]
+top = elementwise[0]
+for key in ("rule", "pattern", "replacement", "backend", "occurrences", "time_us", "est_saving_us", "locations"):
+    assert key in top, key
+assert top["rule"] == "silu", [f["rule"] for f in elementwise]
+# The trainer's SGD steps parameter by parameter, under PyTorch's scope name.
+assert any(f["rule"] == "fused_sgd" for f in a["findings"]), [f["rule"] for f in a["findings"]]
+assert top["replacement"] == "opfuse::silu" and top["backend"] == "cpu"
+# B0 has 49 Swish modules: forward and backward chain each, for each of 2 steps.
+assert top["occurrences"] == 2 * 2 * 49, top["occurrences"]
+assert 0 < top["est_saving_us"] < top["time_us"]
+places = [l["location"] for l in top["locations"]]
+assert all("_swish" in p for p in places), places
+assert any(p.endswith("(backward)") for p in places), places
+d = a["diff"]
+assert [f["rule"] for f in d["findings_vanished"]].count("silu") == 1, d["findings_vanished"]
+assert all(f["rule"] != "silu" for f in d["after"]["findings"])
+sig = {o["name"]: o for o in d["ops"]}["aten::sigmoid"]
+assert sig["count_after"] < sig["count_before"]
+PY
+grep -q '"rule":"silu"' "$tmp/a.html"  # drawn by the page's script: see tests/report
+
+# Other tools' traces: each read with its dialect; the Ascend one gives its torch_npu replacements.
+"$opfuse" analyze "$data/traces/ascend_style_sample.json" --json "$tmp/npu.json" > /dev/null
+/usr/bin/python3 - "$tmp/npu.json" <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1]))
+assert a["trace"]["dialect"].startswith("Ascend"), a["trace"]["dialect"]
+by_rule = {f["rule"]: f for f in a["findings"]}
+assert by_rule["silu"]["replacement"] == "torch_npu.npu_silu" and by_rule["silu"]["backend"] == "npu"
+assert by_rule["fused_adam"]["replacement"] == "torch_npu.optim.NpuFusedAdam"
+assert by_rule["fused_adam"]["occurrences"] == 2
+assert not any(f["kind"] == "mined" for f in a["findings"]), "ops inside the optimizer step are taken"
+PY
+"$opfuse" analyze "$data/traces/ascend_style_sample.json" --no-default-rules \
+  --rules "$data/rules/ascend_advisor_timeline_fusion_ops.yaml" | grep -q "torch_npu.optim.NpuFusedAdam"
+"$opfuse" analyze "$data/traces/kineto_rocm_minitoy.json.gz" | grep -q "dialect   PyTorch Kineto, backend cuda"
+"$opfuse" analyze "$data/traces/kineto_cpu_only.json.gz" | grep -q "backend cpu"
+
+# Nothing is overwritten without --force.
+expect_usage_error analyze "$data/traces/kineto_cpu_only.json.gz" --json "$tmp/a.json"
+grep -q "already exists" "$tmp/err"
+
+# Bad input: one line naming the file (and the byte offset for malformed JSON), exit 2.
+: > "$tmp/empty.json"
+expect_usage_error analyze "$tmp/empty.json"
+grep -q "empty.json: .*at byte 0" "$tmp/err"
+head -c 3000 "$tmp/memory-efficient.json" > "$tmp/truncated.json"
+expect_usage_error analyze "$tmp/truncated.json"
+grep -q "truncated.json: .*at byte [0-9]" "$tmp/err"
+printf '[{"ph":"X","name":"a","ts":1,"dur":1,"cat":"whatever"}]' > "$tmp/unknown.json"
+expect_usage_error analyze "$tmp/unknown.json"
+grep -q "not a trace opfuse recognises" "$tmp/err"
+printf '[{"ph":"X","cat":"cpu_op","name":"\377","ts":1,"dur":1}]' > "$tmp/utf8.json"
+expect_usage_error analyze "$tmp/utf8.json"
+grep -q "utf8.json: .*at byte 34" "$tmp/err"
+printf 'rules: [{name: x, patterns: ["a-(b"], replacement: {cpu: y}}]\n' > "$tmp/bad.yaml"
+expect_usage_error analyze "$data/traces/kineto_cpu_only.json.gz" --rules "$tmp/bad.yaml"
+grep -q "bad.yaml: pattern 'a-(b': expected ')' at character 5 at line 1" "$tmp/err"
+
+# A recoverable event is skipped with a warning; overlapping slices are counted, not fatal.
+printf '[{"ph":"X","cat":"cpu_op","name":"aten::sigmoid","pid":1,"tid":1,"ts":0,"dur":5},
+{"ph":"X","cat":"cpu_op","name":"aten::mul","pid":1,"tid":1,"ts":6,"dur":"x"},
+{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":10,"dur":10},
+{"ph":"X","cat":"cpu_op","name":"b","pid":1,"tid":1,"ts":15,"dur":10}]' > "$tmp/odd.json"
+"$opfuse" analyze "$tmp/odd.json" > "$tmp/odd.txt"
+grep -q "1 skipped" "$tmp/odd.txt"
+grep -q "1 overlapping" "$tmp/odd.txt"
+grep -q "warning: .*odd.json: event skipped: .*at byte" "$tmp/odd.txt"
+echo ok
