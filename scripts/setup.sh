@@ -1,12 +1,12 @@
 #!/bin/sh
 # Installs everything opfuse needs on a fresh Debian 12 machine, from Debian's packages only.
-# Skips apt entirely when all packages are already there. --browser also installs Debian's
-# Chromium for scripts/trace_screenshot.sh.
+# Skips apt entirely when all packages are already there. Debian's Chromium is always installed:
+# a test renders the analyze report in it. --fuzz also installs clang for scripts/fuzz.sh.
 set -eu
 packages="cmake ninja-build g++ pkg-config libtorch-dev python3-torch python3-pytest libsimdjson-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev zlib1g-dev googletest libgtest-dev
-  libbenchmark-dev libturbojpeg0-dev libpng-dev"
-[ "${1:-}" = "--browser" ] && packages="$packages chromium"
+  libbenchmark-dev libturbojpeg0-dev libpng-dev chromium"
+[ "${1:-}" = "--fuzz" ] && packages="$packages clang libclang-rt-14-dev"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
