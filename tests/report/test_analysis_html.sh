@@ -5,7 +5,7 @@
 set -eu
 render="$1"
 command -v chromium > /dev/null || {
-  echo "report_html: chromium is not on PATH; install it with scripts/setup.sh --browser" >&2; exit 1; }
+  echo "report_html: chromium is not on PATH; install it with scripts/setup.sh" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "report_html: $*" >&2; exit 1; }
