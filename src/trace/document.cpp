@@ -100,7 +100,9 @@ struct Reader {
   int64_t id(value v) {
     if (v.type() == json_type::string) return -1 - static_cast<int64_t>(trace.intern(v.get_string().value()));
     if (v.type() != json_type::number) throw BadEvent("pid/tid is neither a number nor a string");
-    return to_int64(v.get_double());
+    const int64_t n = to_int64(v.get_double());
+    if (n < 0) throw BadEvent("negative pid/tid");  // negative ids name interned strings
+    return n;
   }
 
   uint32_t string(value v) {

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include "opfuse/analyze.h"
@@ -211,6 +214,24 @@ TEST(Analyze, MeasuredSavingsComeFromTheTimer) {
   EXPECT_EQ(asked, "silu 8,3");
   EXPECT_DOUBLE_EQ(a.findings[0].est_saving_us, 20 - 4);
   EXPECT_EQ(a.findings[0].estimate, "measured opfuse::silu");
+}
+
+// Inputs kept from fuzzing (scripts/fuzz.sh): each reads or is rejected cleanly, and analyses.
+TEST(Analyze, FuzzRegressionInputs) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(OPFUSE_TEST_DATA "/fuzz")) {
+    SCOPED_TRACE(entry.path().string());
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    try {
+      const trace::Trace t = trace::parse_trace(bytes.str(), entry.path().string());
+      analyze(t, "fuzz", default_rules(), {});
+    } catch (const std::invalid_argument&) {
+    }
+    ++n;
+  }
+  EXPECT_GE(n, 2);
 }
 
 }  // namespace
