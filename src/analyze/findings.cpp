@@ -107,6 +107,7 @@ struct Finder {
   std::vector<std::string> names;      // per string id, normalised (op names only)
   std::unordered_map<uint64_t, OpShapes> shape_cache;  // by (dims, types) string ids
   std::vector<std::vector<char>> can_start;  // per rule pattern, per string id: may a match start here
+  std::vector<char> any_start;               // per string id: may any pattern start here
   std::vector<double> time;            // per event: host time, or device time on device backends
   std::vector<char> claimed;
   std::map<std::pair<std::string, std::string>, double> measured;
@@ -167,14 +168,18 @@ struct Finder {
 
   void match_sequence(const std::vector<int32_t>& seq, int32_t parent, const std::vector<Rule>& rules,
                       std::vector<Match>& out) {
+    // Most sequences (conv2d → convolution → …) hold no op any pattern starts with.
+    std::vector<uint32_t> ids(seq.size());  // in sequence order, so the scans below stay in cache
+    for (size_t i = 0; i < seq.size(); ++i) ids[i] = t.events[seq[i]].name;
+    if (std::none_of(ids.begin(), ids.end(), [&](uint32_t id) { return any_start[id]; })) return;
     std::vector<const std::string*> seq_names(seq.size());
-    for (size_t i = 0; i < seq.size(); ++i) seq_names[i] = &name(seq[i]);
+    for (size_t i = 0; i < seq.size(); ++i) seq_names[i] = &names[ids[i]];
     size_t k = 0;
     for (const Rule& rule : rules)
       for (const RulePattern& rp : rule.patterns) {
         const std::vector<char>& starts = can_start[k++];
         for (size_t i = 0; i < seq.size();) {
-          const bool try_here = !claimed[seq[i]] && starts[t.events[seq[i]].name];
+          const bool try_here = starts[ids[i]] && !claimed[seq[i]];
           const size_t len = try_here ? rp.pattern->match(seq_names, i) : 0;
           if (len > 0) {
             std::vector<int32_t> ops(seq.begin() + i, seq.begin() + i + len);
@@ -201,6 +206,9 @@ struct Finder {
           if (!names[i].empty()) starts[i] = rp.pattern->can_start(names[i]);
         can_start.push_back(std::move(starts));
       }
+    any_start.assign(t.strings.size(), 0);
+    for (const auto& starts : can_start)
+      for (size_t i = 0; i < starts.size(); ++i) any_start[i] |= starts[i];
   }
 
   bool acceptable(const Rule& rule, const RulePattern& rp, const std::vector<int32_t>& ops) {
