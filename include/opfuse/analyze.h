@@ -49,10 +49,17 @@ struct RulePattern {
   int passes = 0;       // full-size tensor passes the fused op makes (0: inputs + one output)
 };
 
+// A TorchScript IR pattern and its replacement (torch::jit::SubgraphRewriter's form), for
+// `opfuse rewrite` and `opfuse tune` on scripted models.
+struct GraphRewrite {
+  std::string pattern, replacement;
+};
+
 struct Rule {
   std::string name, kind;  // kind: elementwise, norm, attention, layout, optimizer, …
   std::vector<RulePattern> patterns;
   std::map<Backend, std::string> replacement;
+  std::vector<GraphRewrite> torchscript;
   int min_children = 0;    // optimizer steps: how many per-parameter ops make it "unfused"
   std::string source;      // the file it came from
 };
@@ -63,6 +70,8 @@ std::vector<Rule> default_rules();
 // Throws std::invalid_argument "PATH: … at line N".
 std::vector<Rule> load_rules(const std::string& path);
 std::vector<Rule> parse_rules(const std::string& yaml_text, const std::string& name);
+// The rules of `files`, then (with_defaults) the default ones: a user's rule claims ops first.
+std::vector<Rule> rule_set(const std::vector<std::string>& files, bool with_defaults);
 
 struct OpStat {
   std::string name;
@@ -79,6 +88,7 @@ struct Finding {
   std::string rule, kind, pattern, replacement;
   bool mined = false;         // an unnamed chain found by the miner, not by a rule
   int64_t occurrences = 0;
+  int64_t ops = 0;            // ops the occurrences cover (wrapper ops included)
   double time_us = 0, est_saving_us = 0;
   std::string estimate;       // how the saving was estimated: "measured opfuse::silu", "bandwidth"
   std::vector<Location> locations;  // most frequent first

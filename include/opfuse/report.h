@@ -9,6 +9,7 @@
 #include "opfuse/analyze.h"
 #include "opfuse/bench.h"
 #include "opfuse/train.h"
+#include "opfuse/tune.h"
 
 namespace opfuse::report {
 
@@ -35,6 +36,13 @@ std::string format_diff(const analyze::Diff& d, const analyze::Analysis& after, 
 nlohmann::json analysis_json(const analyze::Analysis& a);
 void add_diff(nlohmann::json& analysis, const analyze::Diff& d, const analyze::Analysis& after);
 
+// tune: the summary in the reference's terms (images/s, ops per step, time under each fused
+// chain, each replacement with its verified error and measured gain), and report.json.
+std::string format_tune(const tune::TuneResult& r);
+std::string format_replacements(const std::vector<tune::Replacement>& replacements);
+nlohmann::json tune_json(const tune::TuneResult& r);
+nlohmann::json replacement_json(const tune::Replacement& r);
+
 // Throws std::invalid_argument "PATH: already exists (pass --force …)" unless overwrite is set
 // or PATH does not exist; commands call it before a long run, write_json again before writing.
 void refuse_overwrite(const std::string& path, bool overwrite);
@@ -42,5 +50,6 @@ void refuse_overwrite(const std::string& path, bool overwrite);
 // Writes JSON to path; refuses to replace an existing
 // file unless overwrite is set.
 void write_json(const std::string& path, const nlohmann::json& value, bool overwrite);
+void write_text(const std::string& path, const std::string& text, bool overwrite);
 
 }  // namespace opfuse::report

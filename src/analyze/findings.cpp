@@ -278,6 +278,13 @@ struct Finder {
     return sum;
   }
 
+  // The ops that vanish with the fusion: the chain, its wrapper op, an optimizer step's children.
+  int64_t covered_ops(const Match& mt) const {
+    int64_t n = static_cast<int64_t>(mt.ops.size()) + (mt.parent >= 0 ? 1 : 0);
+    if (mt.rule != nullptr && mt.rule->min_children > 0) n += static_cast<int64_t>(m.child_count(mt.ops[0]));
+    return n;
+  }
+
   // What the fused op would take: measured when the rule names an opfuse op and we may time it,
   // else the match's bytes at the bandwidth its own ops achieved.
   double fused_time(const Match& mt, std::string& how) {
@@ -436,6 +443,7 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
       const double t = finder.match_time(mt);
       const double fused = finder.fused_time(mt, how);
       f.occurrences += 1;
+      f.ops += finder.covered_ops(mt);
       f.time_us += t;
       f.est_saving_us += std::max(0.0, t - fused);
       if (mt.pattern != nullptr) add_once(patterns[mt.key], mt.pattern->pattern->text());

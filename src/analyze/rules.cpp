@@ -71,6 +71,12 @@ Rule parse_opfuse_rule(const std::string& name, const YAML::Node& n) {
   if (!repl || !repl.IsMap()) fail(name, n, "rule '" + r.name + "' needs a replacement per backend");
   for (const auto& kv : repl)
     r.replacement[parse_backend(kv.first.as<std::string>())] = scalar(name, kv.second, "replacement");
+  if (const YAML::Node ts = n["torchscript"]) {
+    if (!ts.IsSequence()) fail(name, ts, "torchscript must be a list of {pattern, replacement}");
+    for (const auto& g : ts)
+      r.torchscript.push_back({scalar(name, g["pattern"], "a torchscript pattern"),
+                               scalar(name, g["replacement"], "a torchscript replacement")});
+  }
   return r;
 }
 
@@ -169,5 +175,18 @@ std::vector<Rule> load_rules(const std::string& path) {
 }
 
 std::vector<Rule> default_rules() { return parse_rules(kDefaultRules, "rules/default.yaml"); }
+
+std::vector<Rule> rule_set(const std::vector<std::string>& files, bool with_defaults) {
+  std::vector<Rule> rules;
+  for (const auto& file : files) {
+    auto more = load_rules(file);
+    rules.insert(rules.end(), more.begin(), more.end());
+  }
+  if (with_defaults) {
+    auto defaults = default_rules();
+    rules.insert(rules.end(), defaults.begin(), defaults.end());
+  }
+  return rules;
+}
 
 }  // namespace opfuse::analyze

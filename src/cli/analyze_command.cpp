@@ -40,13 +40,6 @@ analyze::Analysis analyze_one(const std::string& path, const AnalyzeArgs& args, 
   return analyze::analyze(t, path, rules, options);
 }
 
-void write_text(const std::string& path, const std::string& text, bool force) {
-  report::refuse_overwrite(path, force);
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw std::invalid_argument(fmt::format("{}: cannot write", path));
-}
-
 }  // namespace
 
 Run add_analyze(CLI::App& app) {
@@ -56,7 +49,7 @@ Run add_analyze(CLI::App& app) {
       ->required()
       ->expected(1, 2)
       ->check(CLI::ExistingFile);
-  cmd->add_option("--rules", args->rules, "also apply the rules in FILE (opfuse YAML or the Ascend advisor's file)")
+  cmd->add_option("--rules", args->rules, "also apply the rules in FILE (opfuse YAML or the Ascend advisor's file); they take precedence over the built-in ones")
       ->check(CLI::ExistingFile);
   cmd->add_flag("--no-default-rules", args->no_default_rules, "apply only the --rules files");
   cmd->add_option("--backend", args->backend, "whose replacements to name")
@@ -72,12 +65,7 @@ Run add_analyze(CLI::App& app) {
     if (!cmd->parsed()) return -1;
     if (!args->json.empty()) report::refuse_overwrite(args->json, args->force);
     if (!args->html.empty()) report::refuse_overwrite(args->html, args->force);
-    std::vector<analyze::Rule> rules;
-    if (!args->no_default_rules) rules = analyze::default_rules();
-    for (const auto& file : args->rules) {
-      auto more = analyze::load_rules(file);
-      rules.insert(rules.end(), more.begin(), more.end());
-    }
+    const std::vector<analyze::Rule> rules = analyze::rule_set(args->rules, !args->no_default_rules);
     const auto start = std::chrono::steady_clock::now();
     const analyze::Analysis before = analyze_one(args->traces[0], *args, rules);
     std::fputs(report::format_analysis(before, args->top).c_str(), stdout);
@@ -92,7 +80,7 @@ Run add_analyze(CLI::App& app) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stdout, "\nanalysed in %.2f s\n", seconds);
     if (!args->json.empty()) report::write_json(args->json, json, args->force);
-    if (!args->html.empty()) write_text(args->html, report::analysis_html(json), args->force);
+    if (!args->html.empty()) report::write_text(args->html, report::analysis_html(json), args->force);
     return 0;
   };
 }

@@ -12,5 +12,7 @@ using Run = std::function<int()>;
 Run add_bench_op(CLI::App& app);
 Run add_train(CLI::App& app);
 Run add_analyze(CLI::App& app);
+Run add_tune(CLI::App& app);
+Run add_rewrite(CLI::App& app);
 
 }  // namespace opfuse::cli

@@ -28,6 +28,8 @@ extern "C" {
 void opfuse_add_torch_commands(CLI::App& app, std::vector<opfuse::cli::Run>& commands) {
   commands.push_back(without_c10_errors(opfuse::cli::add_train(app)));
   commands.push_back(without_c10_errors(opfuse::cli::add_bench_op(app)));
+  commands.push_back(without_c10_errors(opfuse::cli::add_tune(app)));
+  commands.push_back(without_c10_errors(opfuse::cli::add_rewrite(app)));
 }
 
 double opfuse_time_fused_op(const char* op, const char* dims) {

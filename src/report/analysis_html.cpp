@@ -121,7 +121,7 @@ constexpr std::string_view kPage = R"page(<!doctype html>
   }
 
   // Two bars per op, before above after, on one scale so the eye compares lengths directly.
-  function groupedChart(rows) {
+  function groupedChart(rows, label = (v) => `${ms(v)} ms`) {
     const GROUP = 2 * BAR + 12;
     const max = Math.max(1e-9, ...rows.flatMap((r) => [r.before, r.after].map((v) => (isNum(v) ? v : 0))));
     const span = W - LABEL - VALUE;
@@ -129,12 +129,12 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     rows.forEach((r, i) => {
       const y0 = i * GROUP + 2;
       const g = svgEl("g", {});
-      g.append(svgEl("title", {}, `${r.label}: ${ms(r.before)} ms → ${ms(r.after)} ms, ${r.calls}`));
+      g.append(svgEl("title", {}, `${r.label}: ${label(r.before)} → ${label(r.after)}, ${r.calls}`));
       g.append(svgEl("text", { x: LABEL - 8, y: y0 + BAR + 4, "text-anchor": "end" }, clip(r.label, 48)));
       [[r.before, "var(--before)"], [r.after, "var(--after)"]].forEach(([value, fill], k) => {
         const v = isNum(value) ? value : 0, w = v > 0 ? Math.max(1, (v / max) * span) : 0, y = y0 + k * BAR;
         g.append(svgEl("rect", { x: LABEL, y, width: w.toFixed(1), height: BAR - 1, fill }));
-        g.append(svgEl("text", { class: "value", x: LABEL + w + 6, y: y + BAR - 3 }, `${ms(value)} ms`));
+        g.append(svgEl("text", { class: "value", x: LABEL + w + 6, y: y + BAR - 3 }, label(value)));
       });
       chart.append(g);
     });
@@ -251,10 +251,38 @@ constexpr std::string_view kPage = R"page(<!doctype html>
       ...changeList("Findings that appeared", list(diff.findings_appeared)));
   }
 
+  // opfuse tune's result: images/s and the replacements, with their verification and gain.
+  function renderTune(t) {
+    const s = section("Tune: baseline → tuned", `${str(t.model)}, batch ${count(t.batch_size)}, ` +
+      `${count(t.rounds)} rounds of ${count(t.steps)} steps alternating, median images/s.`);
+    s.id = "tune";
+    const b = t.baseline || {}, a = t.tuned || {};
+    const pct = isNum(t.speedup) ? ((t.speedup - 1) * 100).toFixed(1) : "–";
+    s.append(el("p", { class: "step" }, `images/s ${fixed(b.images_per_sec, 1)} → ${fixed(a.images_per_sec, 1)} `,
+      el("span", { class: t.speedup >= 1 ? "better" : "worse" }, `(${t.speedup >= 1 ? "+" : ""}${pct}%)`)));
+    s.append(groupedChart([{ label: "images/s", before: b.images_per_sec, after: a.images_per_sec, calls: "median" }],
+      (v) => `${fixed(v, 1)} images/s`));
+    const rows = [["ops per step", count(b.ops_per_step), count(a.ops_per_step)]];
+    list(t.rule_times).forEach((r) => {
+      rows.push([`${str(r.rule)} small ops per step`, count(r.ops_per_step_before), count(r.ops_per_step_after)]);
+      rows.push([`time under ${str(r.rule)} per step (ms)`, ms(r.us_per_step_before), ms(r.us_per_step_after)]);
+    });
+    s.append(table([{ title: "" }, { title: "baseline", num: true }, { title: "tuned", num: true }],
+      rows.map((cells) => ({ cells }))));
+    const reps = list(t.replacements).map((r) => ({
+      attrs: { class: "replacement", "data-rule": str(r.rule), "data-kept": String(!!r.kept) },
+      cells: [str(r.rule), str(r.rewrite), r.verified ? "yes" : "no", isNum(r.max_rel_error) ? r.max_rel_error.toExponential(1) : "–",
+        isNum(r.gain) ? `${(r.gain * 100).toFixed(1)}%` : "–", r.kept ? "kept" : "rolled back", str(r.why)],
+    }));
+    s.append(el("h3", {}, "Replacements"), table([{ title: "rule" }, { title: "rewrite" }, { title: "verified" },
+      { title: "max rel error", num: true }, { title: "gain", num: true }, { title: "result" }, { title: "why" }], reps));
+  }
+
   const trace = data.trace || {};
   const ops = list(data.ops);
   document.title = `opfuse analysis: ${str(trace.path) || "trace"}`;
   renderHeader(trace, data.device);
+  if (data.tune) renderTune(data.tune);
   renderOpChart(ops);
   renderFindings(list(data.findings));
   // The comparison is the result when there is one, so it comes before the long op table.

@@ -35,6 +35,7 @@ nlohmann::json finding_json(const Finding& f, analyze::Backend backend) {
           {"replacement", f.replacement},
           {"backend", analyze::backend_name(backend)},
           {"occurrences", f.occurrences},
+          {"ops", f.ops},
           {"time_us", f.time_us},
           {"est_saving_us", f.est_saving_us},
           {"estimate", f.estimate},

@@ -55,4 +55,11 @@ void write_json(const std::string& path, const nlohmann::json& value, bool overw
   if (!out) throw std::runtime_error(fmt::format("{}: write failed", path));
 }
 
+void write_text(const std::string& path, const std::string& text, bool overwrite) {
+  refuse_overwrite(path, overwrite);
+  std::ofstream out(path);
+  out << text;
+  if (!out) throw std::runtime_error(fmt::format("{}: cannot write", path));
+}
+
 }  // namespace opfuse::report

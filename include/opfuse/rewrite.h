@@ -1,0 +1,66 @@
+// The models tune can rewrite, and the rewrites it knows: module swaps on the built-in
+// EfficientNet and TorchScript graph rewrites (torch::jit::SubgraphRewriter) on any scripted or
+// traced module. A rewrite answers one analyze rule; applying it to a clone leaves the original
+// untouched, so a rewrite that fails verification is rolled back by dropping the clone.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "opfuse/analyze.h"
+
+namespace opfuse::rewrite {
+
+// A model tune trains, profiles, rewrites and checks.
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::string name() const = 0;
+  virtual at::Tensor forward(const at::Tensor& x) = 0;
+  // The trainable parameters, named, in a stable order (the same for a clone).
+  virtual std::vector<std::pair<std::string, at::Tensor>> named_parameters() = 0;
+  virtual void set_training(bool on) = 0;
+  // Converts parameters and buffers (float64 for the reference verification runs against).
+  virtual void to(at::ScalarType dtype) = 0;
+  // A model with its own copy of every parameter and buffer and its own rewrites.
+  virtual std::unique_ptr<Model> clone() const = 0;
+  // Writes the model so it can be used: TorchScript for scripted models, weights and a config
+  // for built-in ones. Returns the paths written.
+  virtual std::vector<std::string> save(const std::string& path_without_extension) const = 0;
+  // What has been rewritten so far, e.g. "swish=fused se_gate=composite".
+  virtual std::string describe() const = 0;
+};
+
+// efficientnet-b0…b7, built as the reference ships it (memory-efficient Swish, composite SE tail),
+// parameters drawn from `seed`.
+std::unique_ptr<Model> efficientnet(const std::string& name, int image_size, int num_classes, uint64_t seed);
+
+// A module saved with torch.jit.save / torch::jit::Module::save. Throws std::invalid_argument
+// naming the file when it cannot be loaded or has no forward.
+std::unique_ptr<Model> load_torchscript(const std::string& path);
+
+struct Rewrite {
+  std::string rule;  // the analyze rule whose finding it answers ("silu")
+  std::string name;  // what it does, for people: "Swish modules → opfuse::silu"
+  // Rewrites the model in place; returns how many places changed (0: it does not apply here).
+  std::function<int(Model&)> apply;
+};
+
+// The rewrites for a rule on this kind of model: the built-in module swaps, and one per
+// TorchScript pattern pair the rule carries.
+std::vector<Rewrite> rewrites_for(const analyze::Rule& rule);
+
+// One TorchScript pattern pair applied to every method graph of the module and its submodules;
+// returns how many matches were replaced. Throws std::invalid_argument for a pattern that does
+// not parse.
+int rewrite_graph(Model& model, const std::string& pattern, const std::string& replacement);
+
+// Whether the model is a TorchScript module (graph rewrites apply) or a built-in one.
+bool is_torchscript(const Model& model);
+
+}  // namespace opfuse::rewrite

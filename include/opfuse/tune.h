@@ -1,0 +1,116 @@
+// The closed loop behind `opfuse tune`: profile the baseline, analyze its trace, plan a rewrite per
+// finding, verify each (outputs and every parameter gradient), measure baseline and tuned
+// alternating in one process, keep what verified and gained, re-profile and diff.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "opfuse/analyze.h"
+
+namespace opfuse::tune {
+
+struct TuneOptions {
+  std::string model = "efficientnet-b0";  // a built-in model, or a TorchScript FILE.pt
+  int image_size = 128;
+  int batch_size = 16;
+  std::vector<int64_t> input_shape;  // TorchScript models: the input, batch first
+  std::string loss = "ce";           // ce (class labels) | mse (a random target)
+  int num_classes = 1000;            // built-in models
+  int steps = 3;                     // timed steps per variant and round
+  int rounds = 5;                    // measurement rounds, after a warm-up
+  int warmup = 2;
+  int profile_steps = 2;
+  double min_gain = 0.02;  // a verified replacement is kept only if it gains at least this
+  double lr = 0.01;
+  uint64_t seed = 0;
+  int threads = 0;  // 0: all cores
+  std::vector<analyze::Rule> rules;
+  std::string out_dir;  // where traces and the tuned model go; must exist
+  bool measure_ops = true;  // time opfuse ops at the trace's shapes for the saving estimates
+};
+
+// Verification runs baseline and rewritten model on the same input, parameters and random streams
+// (dropout, drop connect), once in float64 — does the rewrite compute the same function? — and
+// once in float32 — do its kernels, as training uses them, agree? For the output and each
+// parameter gradient: max |tuned − baseline| ≤ tolerance · (max |baseline| + M), where M is the
+// largest magnitude among all of them, so a gradient that is zero in exact arithmetic (a bias
+// feeding a BatchNorm, which holds only rounding noise) is not judged against its own noise.
+// In float32 the allowance also holds kRoundingFactor times what nudging the baseline's input by
+// kRoundingNudge (a few ulps) changes: small batches through BatchNorm amplify rounding.
+inline constexpr double kFloat64Tolerance = 1e-9;
+inline constexpr double kFloat32Tolerance = 1e-4;
+inline constexpr double kRoundingNudge = 1e-6;
+inline constexpr double kRoundingFactor = 4;
+
+struct Verdict {
+  bool passed = false;
+  double float64_error = 0, float32_error = 0;  // largest |tuned − baseline| / (max |baseline| + M)
+  double margin = 0;  // the largest deviation over its allowance: ≤ 1 passes
+  std::string worst;  // the tensor (and precision) with the largest deviation over its allowance
+  std::string error;  // set when the rewritten model failed to run
+};
+
+struct Replacement {
+  std::string rule, rewrite;
+  int places = 0;  // modules or graph matches it changed
+  Verdict verdict;
+  bool measured = false;
+  double gain = 0;  // images/s over the variant before it, − 1
+  bool kept = false;
+  std::string why;  // why it was not kept
+};
+
+struct NotApplied {
+  std::string rule, why;
+};
+
+struct Side {
+  std::string variant;                  // what the model ran, e.g. "swish=fused se_gate=composite"
+  std::vector<double> images_per_sec;   // per round
+  double median = 0, min = 0, max = 0;  // images/s
+  double ops_per_step = 0;              // host ops in a profiled step
+  std::string trace;                    // the profile written
+  analyze::Analysis analysis;
+};
+
+// What a rule's chains cost per step, before and after, from the two traces.
+struct RuleTime {
+  std::string rule;
+  double ops_per_step_before = 0, ops_per_step_after = 0;  // the chains' small ops
+  double us_per_step_before = 0, us_per_step_after = 0;    // the chains, then their fused op
+};
+
+struct TuneResult {
+  std::string model;
+  int image_size = 0, batch_size = 0, steps = 0, rounds = 0, threads = 0;
+  Side baseline, tuned;
+  double speedup = 1;  // tuned / baseline median images/s
+  std::vector<Replacement> replacements;
+  std::vector<NotApplied> not_applied;
+  std::vector<RuleTime> rule_times;
+  analyze::Diff diff;
+  std::vector<std::string> saved;  // the tuned model's files
+  bool any_verified = false;
+};
+
+struct Hooks {
+  std::function<void(const std::string& stage)> stage;
+  std::function<void(int done, int total)> progress;
+  std::function<void(const analyze::Analysis&)> analysed;  // the baseline's findings, as soon as known
+};
+
+// Throws std::invalid_argument for bad options or a model that cannot be loaded.
+TuneResult tune(const TuneOptions& options, const Hooks& hooks = {});
+
+// `opfuse rewrite`: the TorchScript rewrites of every rule applied and verified on an input of
+// `input_shape`; the rewritten module is written to out_path only when at least one verified.
+struct RewriteResult {
+  std::vector<Replacement> replacements;
+  bool written = false;
+};
+RewriteResult rewrite_file(const std::string& in_path, const std::string& out_path, const TuneOptions& options);
+
+}  // namespace opfuse::tune

@@ -1,0 +1,122 @@
+// rewrite::Model for the built-in EfficientNet and for TorchScript modules.
+#include "rewrite/models.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/jit/serialization/import.h>
+#include <torch/torch.h>
+
+#include <fstream>
+
+namespace opfuse::rewrite {
+
+EfficientNetModel::EfficientNetModel(std::string name, int image_size, int num_classes)
+    : name_(std::move(name)), image_size_(image_size), num_classes_(num_classes) {
+  net = models::make_efficientnet(name_, num_classes, image_size);
+  net->set_swish(swish);
+  net->set_se_gate(se_gate);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> EfficientNetModel::named_parameters() {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : net->named_parameters()) out.emplace_back(p.key(), p.value());
+  return out;
+}
+
+// Same architecture, then every parameter and buffer copied by name: the clone starts where this
+// model is, including BatchNorm's running statistics.
+std::unique_ptr<Model> EfficientNetModel::clone() const {
+  auto copy = std::make_unique<EfficientNetModel>(name_, image_size_, num_classes_);
+  copy->swish = swish;
+  copy->se_gate = se_gate;
+  copy->net->set_swish(swish);
+  copy->net->set_se_gate(se_gate);
+  copy->net->train(net->is_training());
+  torch::NoGradGuard no_grad;
+  auto params = net->named_parameters();
+  for (auto& p : copy->net->named_parameters()) p.value().copy_(params[p.key()]);
+  auto buffers = net->named_buffers();
+  for (auto& b : copy->net->named_buffers()) b.value().copy_(buffers[b.key()]);
+  return copy;
+}
+
+std::vector<std::string> EfficientNetModel::save(const std::string& base) const {
+  const std::string weights = base + ".pt", config = base + ".json";
+  torch::serialize::OutputArchive archive;
+  net->save(archive);
+  archive.save_to(weights);
+  std::ofstream out(config);
+  out << nlohmann::json{{"model", name_},
+                        {"image_size", image_size_},
+                        {"num_classes", num_classes_},
+                        {"swish", models::to_string(swish)},
+                        {"se_gate", se_gate == models::SeGateKind::fused ? "fused" : "composite"},
+                        {"weights", weights}}
+             .dump(2)
+      << "\n";
+  if (!out) throw std::runtime_error(fmt::format("{}: cannot write", config));
+  return {weights, config};
+}
+
+std::string EfficientNetModel::describe() const {
+  return fmt::format("swish={} se_gate={}", models::to_string(swish),
+                     se_gate == models::SeGateKind::fused ? "fused" : "composite");
+}
+
+std::unique_ptr<Model> efficientnet(const std::string& name, int image_size, int num_classes, uint64_t seed) {
+  torch::manual_seed(seed);
+  return std::make_unique<EfficientNetModel>(name, image_size, num_classes);
+}
+
+TorchScriptModel::TorchScriptModel(torch::jit::Module m, std::string name)
+    : module(std::move(m)), name_(std::move(name)) {}
+
+at::Tensor TorchScriptModel::forward(const at::Tensor& x) {
+  c10::IValue out = module.forward({x});
+  if (out.isTuple()) out = out.toTupleRef().elements().at(0);  // (logits, aux…): train on the first
+  if (!out.isTensor()) throw std::invalid_argument(fmt::format("{}: forward returns no tensor", name_));
+  return out.toTensor();
+}
+
+std::vector<std::pair<std::string, at::Tensor>> TorchScriptModel::named_parameters() {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) out.emplace_back(p.name, p.value);
+  return out;
+}
+
+// clone() gives the copy its own class types, so a graph rewrite on it leaves this one alone,
+// and deep-copies the tensors.
+std::unique_ptr<Model> TorchScriptModel::clone() const {
+  auto copy = std::make_unique<TorchScriptModel>(module.clone(), name_);
+  copy->applied = applied;
+  return copy;
+}
+
+std::vector<std::string> TorchScriptModel::save(const std::string& base) const {
+  const std::string path = base + ".pt";
+  module.save(path);
+  return {path};
+}
+
+std::string TorchScriptModel::describe() const {
+  if (applied.empty()) return "as loaded";
+  std::string out;
+  for (const auto& a : applied) out += (out.empty() ? "" : ", ") + a;
+  return out;
+}
+
+std::unique_ptr<Model> load_torchscript(const std::string& path) {
+  torch::jit::Module m;
+  try {
+    m = torch::jit::load(path);
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    throw std::invalid_argument(fmt::format("{}: not a TorchScript module ({})", path, what.substr(0, what.find('\n'))));
+  }
+  if (!m.find_method("forward")) throw std::invalid_argument(fmt::format("{}: the module has no forward method", path));
+  return std::make_unique<TorchScriptModel>(std::move(m), path);
+}
+
+bool is_torchscript(const Model& model) { return dynamic_cast<const TorchScriptModel*>(&model) != nullptr; }
+
+}  // namespace opfuse::rewrite

@@ -1,0 +1,51 @@
+// The two kinds of rewrite::Model (models.cpp), seen by the rewrites that need their insides.
+#pragma once
+
+#include <torch/csrc/jit/api/module.h>
+
+#include "opfuse/efficientnet.h"
+#include "opfuse/rewrite.h"
+
+namespace opfuse::rewrite {
+
+class EfficientNetModel : public Model {
+ public:
+  EfficientNetModel(std::string name, int image_size, int num_classes);
+  std::string name() const override { return name_; }
+  at::Tensor forward(const at::Tensor& x) override { return net->forward(x); }
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() override;
+  void set_training(bool on) override { net->train(on); }
+  void to(at::ScalarType dtype) override { net->to(dtype); }
+  std::unique_ptr<Model> clone() const override;
+  std::vector<std::string> save(const std::string& path_without_extension) const override;
+  std::string describe() const override;
+
+  models::EfficientNet net{nullptr};
+  models::SwishKind swish = models::SwishKind::memory_efficient;
+  models::SeGateKind se_gate = models::SeGateKind::composite;
+
+ private:
+  std::string name_;
+  int image_size_, num_classes_;
+};
+
+class TorchScriptModel : public Model {
+ public:
+  TorchScriptModel(torch::jit::Module module, std::string name);
+  std::string name() const override { return name_; }
+  at::Tensor forward(const at::Tensor& x) override;
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() override;
+  void set_training(bool on) override { module.train(on); }
+  void to(at::ScalarType dtype) override { module.to(dtype); }
+  std::unique_ptr<Model> clone() const override;
+  std::vector<std::string> save(const std::string& path_without_extension) const override;
+  std::string describe() const override;
+
+  torch::jit::Module module;
+  std::vector<std::string> applied;  // the rewrites applied, for describe()
+
+ private:
+  std::string name_;
+};
+
+}  // namespace opfuse::rewrite

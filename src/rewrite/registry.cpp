@@ -1,0 +1,142 @@
+// Rule → rewrite: module swaps on the built-in EfficientNet, and TorchScript pattern pairs
+// (from the rule files) for scripted models.
+#include <fmt/format.h>
+#include <torch/csrc/jit/ir/irparser.h>
+#include <torch/csrc/jit/ir/subgraph_matcher.h>
+#include <torch/csrc/jit/passes/subgraph_rewrite.h>
+
+#include <unordered_set>
+
+#include "rewrite/models.h"
+
+namespace opfuse::rewrite {
+namespace {
+
+using torch::jit::Graph;
+
+struct ModuleSwap {
+  const char* rule;
+  const char* name;
+  int (*apply)(EfficientNetModel&);
+};
+
+int fuse_swish(EfficientNetModel& m) {
+  if (m.swish == models::SwishKind::fused) return 0;
+  int places = 0;
+  for (const auto& module : m.net->modules(/*include_self=*/false)) places += module->as<models::Swish>() != nullptr;
+  m.swish = models::SwishKind::fused;
+  m.net->set_swish(m.swish);
+  return places;
+}
+
+int fuse_se_gate(EfficientNetModel& m) {
+  if (m.se_gate == models::SeGateKind::fused) return 0;
+  int places = 0;
+  for (const auto& block : *m.net->_blocks) places += block->as<models::MBConvBlock>()->_se_reduce ? 1 : 0;
+  m.se_gate = models::SeGateKind::fused;
+  m.net->set_se_gate(m.se_gate);
+  return places;
+}
+
+const std::vector<ModuleSwap>& module_swaps() {
+  static const std::vector<ModuleSwap> swaps = {
+      {"silu", "Swish modules → opfuse::silu", fuse_swish},
+      {"se_gate", "squeeze-and-excitation tail sigmoid(s)·x → opfuse::se_gate", fuse_se_gate},
+  };
+  return swaps;
+}
+
+std::shared_ptr<Graph> parse_graph(const std::string& text, const char* what) {
+  auto graph = std::make_shared<Graph>();
+  try {
+    torch::jit::parseIR(text, graph.get());
+  } catch (const std::exception& e) {
+    const std::string why = e.what();
+    throw std::invalid_argument(fmt::format("torchscript {} does not parse: {}", what, why.substr(0, why.find('\n'))));
+  }
+  return graph;
+}
+
+// The op a replacement introduces: its first node that is not a constant.
+c10::Symbol introduced_op(const Graph& replacement) {
+  for (const torch::jit::Node* n : replacement.nodes())
+    if (n->kind() != c10::prim::Constant) return n->kind();
+  throw std::invalid_argument("torchscript replacement has no op");
+}
+
+int count_nodes(const torch::jit::Block* block, c10::Symbol kind) {
+  int n = 0;
+  for (const torch::jit::Node* node : block->nodes()) {
+    n += node->kind() == kind;
+    for (const torch::jit::Block* inner : node->blocks()) n += count_nodes(inner, kind);
+  }
+  return n;
+}
+
+// A pattern's distinct inputs must be distinct values: x·sigmoid(g) is not meant to take x·sigmoid(x),
+// which the silu pattern covers.
+torch::jit::MatchFilter distinct_inputs(const Graph& pattern) {
+  std::vector<std::string> inputs;
+  for (const torch::jit::Value* v : pattern.inputs()) inputs.push_back(v->debugName());
+  return [inputs](const torch::jit::Match& match, const std::unordered_map<std::string, torch::jit::Value*>& vmap) {
+    std::unordered_set<const torch::jit::Value*> seen;
+    for (const auto& name : inputs) {
+      const auto v = vmap.find(name);
+      if (v == vmap.end()) continue;
+      const auto bound = match.values_map.find(v->second);
+      if (bound != match.values_map.end() && !seen.insert(bound->second).second) return false;
+    }
+    return true;
+  };
+}
+
+}  // namespace
+
+int rewrite_graph(Model& model, const std::string& pattern, const std::string& replacement) {
+  const auto pattern_graph = parse_graph(pattern, "pattern");
+  const c10::Symbol op = introduced_op(*parse_graph(replacement, "replacement"));
+  auto* ts = dynamic_cast<TorchScriptModel*>(&model);
+  if (ts == nullptr) return 0;
+  torch::jit::SubgraphRewriter rewriter;
+  rewriter.RegisterRewritePattern(pattern, replacement);
+  const torch::jit::MatchFilter filter = distinct_inputs(*pattern_graph);
+  int replaced = 0;
+  std::unordered_set<const Graph*> done;  // submodules of one class share their method graphs
+  for (const auto& m : ts->module.modules())
+    for (const auto& method : m.get_methods()) {
+      std::shared_ptr<Graph> graph = method.graph();
+      if (!done.insert(graph.get()).second) continue;
+      const int before = count_nodes(graph->block(), op);
+      rewriter.runOnGraph(graph, filter);
+      replaced += count_nodes(graph->block(), op) - before;
+    }
+  return replaced;
+}
+
+std::vector<Rewrite> rewrites_for(const analyze::Rule& rule) {
+  std::vector<Rewrite> out;
+  for (const ModuleSwap& swap : module_swaps()) {
+    if (rule.name != swap.rule) continue;
+    auto apply = swap.apply;
+    out.push_back({rule.name, swap.name, [apply](Model& m) {
+                     auto* net = dynamic_cast<EfficientNetModel*>(&m);
+                     return net == nullptr ? 0 : apply(*net);
+                   }});
+  }
+  if (!rule.torchscript.empty()) {
+    const auto pairs = rule.torchscript;
+    const std::string op = introduced_op(*parse_graph(pairs.front().replacement, "replacement")).toQualString();
+    const std::string name = fmt::format("TorchScript graph → {} ({} pattern{})", op, pairs.size(),
+                                         pairs.size() == 1 ? "" : "s");
+    out.push_back({rule.name, name, [pairs, name](Model& m) {
+                     int places = 0;
+                     for (const auto& p : pairs) places += rewrite_graph(m, p.pattern, p.replacement);
+                     if (places > 0)
+                       if (auto* ts = dynamic_cast<TorchScriptModel*>(&m)) ts->applied.push_back(name);
+                     return places;
+                   }});
+  }
+  return out;
+}
+
+}  // namespace opfuse::rewrite

@@ -1,0 +1,331 @@
+// The tune loop: baseline profile → analyze → plan → verify → measure → re-profile → diff.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "opfuse/bench.h"
+#include "opfuse/profile.h"
+#include "opfuse/stats.h"
+#include "opfuse/trace.h"
+#include "rewrite/models.h"
+#include "tune/session.h"
+
+namespace opfuse::tune {
+namespace {
+
+void validate(const TuneOptions& o) {
+  if (o.image_size < 32) throw std::invalid_argument(fmt::format("--image-size {} is below the minimum of 32", o.image_size));
+  if (o.batch_size < 1) throw std::invalid_argument("--batch-size must be at least 1");
+  if (o.steps < 1) throw std::invalid_argument("--steps must be at least 1");
+  if (o.rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
+  if (o.warmup < 0) throw std::invalid_argument("--warmup must not be negative");
+  if (o.profile_steps < 1) throw std::invalid_argument("--profile-steps must be at least 1");
+  if (o.loss != "ce" && o.loss != "mse") throw std::invalid_argument(fmt::format("unknown loss '{}' (ce or mse)", o.loss));
+  if (!(o.min_gain > -1)) throw std::invalid_argument("--min-gain must be above -1");
+  for (int64_t d : o.input_shape)
+    if (d < 1) throw std::invalid_argument("--input-shape dimensions must be positive");
+}
+
+bool is_file_model(const std::string& model) {
+  return model.size() > 3 && model.compare(model.size() - 3, 3, ".pt") == 0;
+}
+
+std::unique_ptr<rewrite::Model> load_model(const TuneOptions& o) {
+  if (is_file_model(o.model)) return rewrite::load_torchscript(o.model);
+  models::efficientnet_params(o.model);  // throws for an unknown name
+  return rewrite::efficientnet(o.model, o.image_size, o.num_classes, o.seed);
+}
+
+void say(const Hooks& h, const std::string& stage) {
+  if (h.stage) h.stage(stage);
+}
+
+// Profiles `steps` steps of the session into path and analyzes the trace.
+analyze::Analysis profile_and_analyze(Session& s, const TuneOptions& o, const std::string& path, int first_step,
+                                      const std::string& variant) {
+  profile::Profiler profiler;
+  profiler.start();
+  for (int i = 0; i < o.profile_steps; ++i) {
+    profile::Scope step("ProfilerStep#" + std::to_string(first_step + i));
+    s.step();
+  }
+  profiler.stop();
+  profiler.write(path, {{"opfuse_version", "0.1.0"},
+                        {"torch_version", TORCH_VERSION},
+                        {"model", o.model},
+                        {"variant", variant},
+                        {"threads", at::get_num_threads()},
+                        {"batch_size", o.input_shape.empty() ? o.batch_size : o.input_shape.front()}});
+  const trace::Trace t = trace::read_trace(path);
+  analyze::Options options;
+  if (o.measure_ops)
+    options.measure = [](const std::string& op, const std::string& dims) { return bench::time_fused_op(op, dims); };
+  return analyze::analyze(t, path, o.rules, options);
+}
+
+double ops_per_step(const analyze::Analysis& a) {
+  int64_t n = 0;
+  for (const auto& op : a.ops) n += op.count;
+  return static_cast<double>(n) / std::max<int64_t>(1, a.trace.steps);
+}
+
+const analyze::Rule* rule_named(const std::vector<analyze::Rule>& rules, const std::string& name) {
+  for (const auto& r : rules)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+// One replacement per finding a rewrite applies to; the others are listed with the reason.
+void plan(const analyze::Analysis& a, const TuneOptions& o, const rewrite::Model& baseline,
+          std::vector<Replacement>& planned, std::vector<rewrite::Rewrite>& rewrites, std::vector<NotApplied>& skipped) {
+  for (const analyze::Finding& f : a.findings) {
+    if (f.mined) {
+      skipped.push_back({f.rule + " " + f.pattern, "no fused op exists for it yet"});
+      continue;
+    }
+    const analyze::Rule* rule = rule_named(o.rules, f.rule);
+    const std::vector<rewrite::Rewrite> candidates = rule ? rewrite::rewrites_for(*rule) : std::vector<rewrite::Rewrite>{};
+    if (candidates.empty()) {
+      skipped.push_back({f.rule, fmt::format("no rewrite to {} is known for this model yet", f.replacement)});
+      continue;
+    }
+    bool applied = false;
+    for (const auto& rw : candidates) {
+      auto trial = baseline.clone();
+      const int places = rw.apply(*trial);
+      if (places == 0) continue;
+      Replacement r;
+      r.rule = f.rule;
+      r.rewrite = rw.name;
+      r.places = places;
+      planned.push_back(r);
+      rewrites.push_back(rw);
+      applied = true;
+      break;
+    }
+    if (!applied) skipped.push_back({f.rule, "its rewrites match nothing in this model"});
+  }
+}
+
+struct Timing {
+  std::vector<std::vector<double>> images_per_sec;  // [variant][round]
+};
+
+// Variants alternate round by round, the order rotating, each after its own warm-up.
+Timing alternate(std::vector<Session*> sessions, const TuneOptions& o, int64_t batch, const Hooks& h) {
+  for (Session* s : sessions)
+    for (int i = 0; i < std::max(1, o.warmup); ++i) s->step();
+  Timing t;
+  t.images_per_sec.resize(sessions.size());
+  const int total = o.rounds * static_cast<int>(sessions.size());
+  int done = 0;
+  for (int r = 0; r < o.rounds; ++r)
+    for (size_t k = 0; k < sessions.size(); ++k) {
+      const size_t v = (k + r) % sessions.size();
+      double ms = 0;
+      for (int i = 0; i < o.steps; ++i) ms += sessions[v]->step();
+      t.images_per_sec[v].push_back(static_cast<double>(batch) * o.steps / (ms / 1000.0));
+      if (h.progress) h.progress(++done, total);
+    }
+  return t;
+}
+
+void summarise(Side& side, const std::vector<double>& samples) {
+  side.images_per_sec = samples;
+  side.median = median(samples);
+  side.min = *std::min_element(samples.begin(), samples.end());
+  side.max = *std::max_element(samples.begin(), samples.end());
+}
+
+double ops_of(const analyze::Analysis& a, const std::string& rule) {
+  for (const auto& f : a.findings)
+    if (f.rule == rule) return static_cast<double>(f.ops);
+  return 0;
+}
+
+double time_of(const analyze::Analysis& a, const std::string& rule) {
+  for (const auto& f : a.findings)
+    if (f.rule == rule) return f.time_us;
+  return 0;
+}
+
+// The fused op's own time: ops named as the replacement, or its backward ("opfuse::silu_backward").
+double replacement_time(const analyze::Analysis& a, const std::string& op) {
+  double us = 0;
+  for (const auto& s : a.ops)
+    if (!op.empty() && (s.name == op || s.name == op + "_backward")) us += s.total_us;
+  return us;
+}
+
+bool covers_backward(const analyze::Analysis& a, const std::string& rule) {
+  for (const auto& f : a.findings)
+    if (f.rule == rule)
+      for (const auto& l : f.locations)
+        if (l.where.size() >= 10 && l.where.compare(l.where.size() - 10, 10, "(backward)") == 0) return true;
+  return false;
+}
+
+std::string cpu_replacement(const analyze::Rule* rule) {
+  if (rule == nullptr) return "";
+  const auto it = rule->replacement.find(analyze::Backend::cpu);
+  return it == rule->replacement.end() ? "" : it->second;
+}
+
+std::vector<RuleTime> rule_times(const TuneResult& r, const TuneOptions& o) {
+  std::vector<RuleTime> out;
+  const auto& before = r.baseline.analysis;
+  const auto& after = r.tuned.analysis;
+  const double steps_before = std::max<int64_t>(1, before.trace.steps);
+  const double steps_after = std::max<int64_t>(1, after.trace.steps);
+  for (const Replacement& rep : r.replacements) {
+    // Before and after compare only where the rule matched the backward chains too; otherwise
+    // "before" would hold the forward ops and "after" the fused op's forward and backward.
+    if (!rep.kept || !covers_backward(before, rep.rule)) continue;
+    const std::string op = cpu_replacement(rule_named(o.rules, rep.rule));
+    RuleTime t;
+    t.rule = rep.rule;
+    t.ops_per_step_before = ops_of(before, rep.rule) / steps_before;
+    t.ops_per_step_after = ops_of(after, rep.rule) / steps_after;
+    t.us_per_step_before = (time_of(before, rep.rule) + replacement_time(before, op)) / steps_before;
+    t.us_per_step_after = (time_of(after, rep.rule) + replacement_time(after, op)) / steps_after;
+    out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
+TuneResult tune(const TuneOptions& o, const Hooks& h) {
+  validate(o);
+  at::set_num_threads(o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  TuneResult result;
+  result.model = o.model;
+  result.image_size = o.image_size;
+  result.batch_size = static_cast<int>(input_shape(o).front());
+  result.steps = o.steps;
+  result.rounds = o.rounds;
+  result.threads = at::get_num_threads();
+
+  say(h, "baseline: building and profiling");
+  const std::unique_ptr<rewrite::Model> pristine = load_model(o);
+  const Batches batches = make_batches(o, *pristine);
+  Session base(pristine->clone(), batches, o);
+  for (int i = 0; i < o.warmup; ++i) base.step();
+  result.baseline.variant = pristine->describe();
+  result.baseline.trace = o.out_dir + "/baseline.trace.json";
+  result.baseline.analysis = profile_and_analyze(base, o, result.baseline.trace, o.warmup + 1, result.baseline.variant);
+  result.baseline.ops_per_step = ops_per_step(result.baseline.analysis);
+  if (h.analysed) h.analysed(result.baseline.analysis);
+
+  say(h, "plan and verify");
+  std::vector<rewrite::Rewrite> rewrites;
+  plan(result.baseline.analysis, o, *pristine, result.replacements, rewrites, result.not_applied);
+  std::vector<std::unique_ptr<rewrite::Model>> verified;  // the pristine model with each verified rewrite alone
+  std::vector<size_t> verified_index;
+  for (size_t i = 0; i < rewrites.size(); ++i) {
+    auto candidate = pristine->clone();
+    rewrites[i].apply(*candidate);
+    Replacement& r = result.replacements[i];
+    r.verdict = verify(*pristine, *candidate, batches, o.seed + 11);
+    if (!r.verdict.passed) {
+      r.why = rejection(r.verdict);
+      continue;
+    }
+    verified.push_back(std::move(candidate));
+    verified_index.push_back(i);
+  }
+  result.any_verified = !verified.empty();
+  if (!result.any_verified) {
+    result.tuned = result.baseline;
+    return result;
+  }
+
+  // Each variant adds one verified rewrite to the one before, so each gain is measured on its own.
+  say(h, "measure: baseline and rewrites alternating");
+  std::vector<std::unique_ptr<Session>> variants;
+  variants.push_back(std::make_unique<Session>(pristine->clone(), batches, o));
+  std::unique_ptr<rewrite::Model> cumulative = pristine->clone();
+  for (size_t i : verified_index) {
+    rewrites[i].apply(*cumulative);
+    variants.push_back(std::make_unique<Session>(cumulative->clone(), batches, o));
+  }
+  std::vector<Session*> order;
+  for (auto& v : variants) order.push_back(v.get());
+  const Timing timing = alternate(order, o, result.batch_size, h);
+  std::vector<double> medians;
+  for (const auto& samples : timing.images_per_sec) medians.push_back(median(samples));
+  std::unique_ptr<rewrite::Model> tuned_model = pristine->clone();
+  bool all_kept = true;
+  for (size_t k = 0; k < verified_index.size(); ++k) {
+    Replacement& r = result.replacements[verified_index[k]];
+    r.measured = true;
+    r.gain = medians[k + 1] / medians[k] - 1;
+    r.kept = r.gain >= o.min_gain;
+    if (r.kept) rewrites[verified_index[k]].apply(*tuned_model);
+    else r.why = fmt::format("gain {:+.1f}% is below --min-gain {:.1f}%", 100 * r.gain, 100 * o.min_gain);
+    all_kept = all_kept && r.kept;
+  }
+  summarise(result.baseline, timing.images_per_sec.front());
+
+  // With every rewrite kept, the last variant is the tuned model; otherwise time the kept set.
+  Session* tuned = variants.back().get();
+  std::unique_ptr<Session> kept_session;
+  if (all_kept) {
+    summarise(result.tuned, timing.images_per_sec.back());
+  } else {
+    say(h, "measure: baseline and the kept rewrites alternating");
+    kept_session = std::make_unique<Session>(tuned_model->clone(), batches, o);
+    const Timing final_timing = alternate({variants.front().get(), kept_session.get()}, o, result.batch_size, h);
+    summarise(result.baseline, final_timing.images_per_sec[0]);
+    summarise(result.tuned, final_timing.images_per_sec[1]);
+    tuned = kept_session.get();
+  }
+  result.speedup = result.tuned.median / result.baseline.median;
+  result.tuned.variant = tuned->model().describe();
+
+  say(h, "tuned: profiling");
+  result.tuned.trace = o.out_dir + "/tuned.trace.json";
+  result.tuned.analysis = profile_and_analyze(*tuned, o, result.tuned.trace, o.warmup + 1, result.tuned.variant);
+  result.tuned.ops_per_step = ops_per_step(result.tuned.analysis);
+  result.diff = analyze::diff(result.baseline.analysis, result.tuned.analysis);
+  result.rule_times = rule_times(result, o);
+  result.saved = tuned_model->save(o.out_dir + "/tuned");
+  return result;
+}
+
+RewriteResult rewrite_file(const std::string& in_path, const std::string& out_path, const TuneOptions& o) {
+  validate(o);
+  const std::unique_ptr<rewrite::Model> pristine = rewrite::load_torchscript(in_path);
+  TuneOptions with_model = o;
+  with_model.model = in_path;
+  const Batches batches = make_batches(with_model, *pristine);
+  RewriteResult result;
+  std::unique_ptr<rewrite::Model> rewritten = pristine->clone();
+  for (const analyze::Rule& rule : o.rules)
+    for (const rewrite::Rewrite& rw : rewrite::rewrites_for(rule)) {
+      auto candidate = rewritten->clone();
+      Replacement r;
+      r.rule = rule.name;
+      r.rewrite = rw.name;
+      r.places = rw.apply(*candidate);
+      if (r.places == 0) continue;
+      r.verdict = verify(*pristine, *candidate, batches, o.seed + 11);
+      r.kept = r.verdict.passed;
+      if (r.kept) rewritten = std::move(candidate);
+      else r.why = rejection(r.verdict);
+      result.replacements.push_back(r);
+    }
+  const bool any = std::any_of(result.replacements.begin(), result.replacements.end(),
+                               [](const Replacement& r) { return r.kept; });
+  if (any) {
+    dynamic_cast<const rewrite::TorchScriptModel&>(*rewritten).module.save(out_path);
+    result.written = true;
+  }
+  return result;
+}
+
+}  // namespace opfuse::tune
