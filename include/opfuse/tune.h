@@ -86,6 +86,7 @@ struct RuleTime {
 struct TuneResult {
   std::string model;
   int image_size = 0, batch_size = 0, steps = 0, rounds = 0, threads = 0;
+  std::vector<int64_t> input_shape;  // TorchScript models
   Side baseline, tuned;
   double speedup = 1;  // tuned / baseline median images/s
   std::vector<Replacement> replacements;
@@ -101,6 +102,9 @@ struct Hooks {
   std::function<void(int done, int total)> progress;
   std::function<void(const analyze::Analysis&)> analysed;  // the baseline's findings, as soon as known
 };
+
+// Throws std::invalid_argument naming the bad option (or the model file).
+void validate(const TuneOptions& options);
 
 // Throws std::invalid_argument for bad options or a model that cannot be loaded.
 TuneResult tune(const TuneOptions& options, const Hooks& hooks = {});

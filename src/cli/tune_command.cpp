@@ -1,6 +1,7 @@
 // opfuse tune: the whole loop; opfuse rewrite: the TorchScript rewrite and its verification alone.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -58,15 +59,18 @@ int run_tune(TuneArgs& a) {
   if (!a.json.empty()) report::refuse_overwrite(a.json, a.force);
   a.options.rules = analyze::rule_set(a.rules, !a.no_default_rules);
   a.options.measure_ops = !a.no_measure;
+  tune::validate(a.options);
   a.options.out_dir = output_folder(a.out, a.force);
   std::fprintf(stdout, "output in %s/\n", a.options.out_dir.c_str());
 
   int stage = 0;
   auto progress = std::make_unique<Progress>("");
+  const auto start = std::chrono::steady_clock::now();
   tune::Hooks hooks;
   hooks.stage = [&](const std::string& what) {
     progress = std::make_unique<Progress>(what.substr(0, what.find(':')));
-    std::fprintf(stdout, "\n[%d] %s\n", ++stage, what.c_str());
+    const double at = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stdout, "\n[%d] %s (at %.1f s)\n", ++stage, what.c_str(), at);
     std::fflush(stdout);
   };
   hooks.progress = [&](int done, int total) { progress->update(done, total); };

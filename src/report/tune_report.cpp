@@ -40,8 +40,10 @@ std::string format_replacements(const std::vector<Replacement>& replacements) {
 }
 
 std::string format_tune(const TuneResult& r) {
-  std::string out = fmt::format("\nopfuse tune: {} at {}x{}, batch {}, {} threads, {} rounds of {} steps\n", r.model,
-                                r.image_size, r.image_size, r.batch_size, r.threads, r.rounds, r.steps);
+  const std::string input = r.input_shape.empty() ? fmt::format("at {}x{}, batch {}", r.image_size, r.image_size, r.batch_size)
+                                                  : fmt::format("input {}", fmt::join(r.input_shape, "x"));
+  std::string out = fmt::format("\nopfuse tune: {} {}, {} threads, {} rounds of {} steps\n", r.model, input, r.threads,
+                                r.rounds, r.steps);
   out += "\nreplacements\n" + format_replacements(r.replacements);
   for (const auto& n : r.not_applied) out += fmt::format("not applied: {}: {}\n", n.rule, n.why);
   if (!r.any_verified) return out + "\nno replacement verified: the model is left as it was\n";
@@ -99,6 +101,7 @@ nlohmann::json tune_json(const TuneResult& r) {
   return {{"model", r.model},
           {"image_size", r.image_size},
           {"batch_size", r.batch_size},
+          {"input_shape", r.input_shape},
           {"steps", r.steps},
           {"rounds", r.rounds},
           {"threads", r.threads},

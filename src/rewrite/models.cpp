@@ -85,9 +85,17 @@ std::vector<std::pair<std::string, at::Tensor>> TorchScriptModel::named_paramete
 }
 
 // clone() gives the copy its own class types, so a graph rewrite on it leaves this one alone,
-// and deep-copies the tensors.
+// and deep-copies the tensors. (Frozen parameters would come back trainable; scripted modules
+// seldom have them.)
 std::unique_ptr<Model> TorchScriptModel::clone() const {
-  auto copy = std::make_unique<TorchScriptModel>(module.clone(), name_);
+  torch::jit::Module copied;
+  {
+    // Copied under autograd, parameters would be outputs of a clone op, not leaves to train.
+    torch::NoGradGuard no_grad;
+    copied = module.clone();
+  }
+  for (const auto& p : copied.named_parameters(/*recurse=*/true)) p.value.requires_grad_(true);
+  auto copy = std::make_unique<TorchScriptModel>(std::move(copied), name_);
   copy->applied = applied;
   return copy;
 }

@@ -5,6 +5,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 
 #include "opfuse/bench.h"
@@ -17,26 +18,12 @@
 namespace opfuse::tune {
 namespace {
 
-void validate(const TuneOptions& o) {
-  if (o.image_size < 32) throw std::invalid_argument(fmt::format("--image-size {} is below the minimum of 32", o.image_size));
-  if (o.batch_size < 1) throw std::invalid_argument("--batch-size must be at least 1");
-  if (o.steps < 1) throw std::invalid_argument("--steps must be at least 1");
-  if (o.rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
-  if (o.warmup < 0) throw std::invalid_argument("--warmup must not be negative");
-  if (o.profile_steps < 1) throw std::invalid_argument("--profile-steps must be at least 1");
-  if (o.loss != "ce" && o.loss != "mse") throw std::invalid_argument(fmt::format("unknown loss '{}' (ce or mse)", o.loss));
-  if (!(o.min_gain > -1)) throw std::invalid_argument("--min-gain must be above -1");
-  for (int64_t d : o.input_shape)
-    if (d < 1) throw std::invalid_argument("--input-shape dimensions must be positive");
-}
-
 bool is_file_model(const std::string& model) {
   return model.size() > 3 && model.compare(model.size() - 3, 3, ".pt") == 0;
 }
 
 std::unique_ptr<rewrite::Model> load_model(const TuneOptions& o) {
   if (is_file_model(o.model)) return rewrite::load_torchscript(o.model);
-  models::efficientnet_params(o.model);  // throws for an unknown name
   return rewrite::efficientnet(o.model, o.image_size, o.num_classes, o.seed);
 }
 
@@ -199,6 +186,25 @@ std::vector<RuleTime> rule_times(const TuneResult& r, const TuneOptions& o) {
 
 }  // namespace
 
+void validate(const TuneOptions& o) {
+  if (o.image_size < 32) throw std::invalid_argument(fmt::format("--image-size {} is below the minimum of 32", o.image_size));
+  if (o.batch_size < 1) throw std::invalid_argument("--batch-size must be at least 1");
+  if (o.steps < 1) throw std::invalid_argument("--steps must be at least 1");
+  if (o.rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
+  if (o.warmup < 0) throw std::invalid_argument("--warmup must not be negative");
+  if (o.profile_steps < 1) throw std::invalid_argument("--profile-steps must be at least 1");
+  if (o.loss != "ce" && o.loss != "mse") throw std::invalid_argument(fmt::format("unknown loss '{}' (ce or mse)", o.loss));
+  if (!(o.min_gain > -1)) throw std::invalid_argument("--min-gain must be above -1");
+  for (int64_t d : o.input_shape)
+    if (d < 1) throw std::invalid_argument("--input-shape dimensions must be positive");
+  if (!is_file_model(o.model)) {
+    models::efficientnet_params(o.model);  // throws for an unknown name
+  } else {
+    if (!std::filesystem::is_regular_file(o.model)) throw std::invalid_argument(fmt::format("{}: no such file", o.model));
+    input_shape(o);  // throws without --input-shape
+  }
+}
+
 TuneResult tune(const TuneOptions& o, const Hooks& h) {
   validate(o);
   at::set_num_threads(o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency()));
@@ -206,6 +212,7 @@ TuneResult tune(const TuneOptions& o, const Hooks& h) {
   result.model = o.model;
   result.image_size = o.image_size;
   result.batch_size = static_cast<int>(input_shape(o).front());
+  result.input_shape = o.input_shape;
   result.steps = o.steps;
   result.rounds = o.rounds;
   result.threads = at::get_num_threads();
@@ -298,10 +305,10 @@ TuneResult tune(const TuneOptions& o, const Hooks& h) {
 }
 
 RewriteResult rewrite_file(const std::string& in_path, const std::string& out_path, const TuneOptions& o) {
-  validate(o);
-  const std::unique_ptr<rewrite::Model> pristine = rewrite::load_torchscript(in_path);
   TuneOptions with_model = o;
   with_model.model = in_path;
+  validate(with_model);
+  const std::unique_ptr<rewrite::Model> pristine = rewrite::load_torchscript(in_path);
   const Batches batches = make_batches(with_model, *pristine);
   RewriteResult result;
   std::unique_ptr<rewrite::Model> rewritten = pristine->clone();
