@@ -40,6 +40,16 @@ Run forward_backward(rewrite::Model& model, const Batches& batches, uint64_t see
   return run;
 }
 
+// An error's first line, or for the TorchScript interpreter's report (a traceback first), the
+// line that says what failed.
+std::string first_useful_line(const std::string& what) {
+  const size_t cause = what.rfind("RuntimeError: ");
+  const std::string& from = what.find("TorchScript interpreter") != std::string::npos && cause != std::string::npos
+                                ? what.substr(cause + 14)
+                                : what;
+  return from.substr(0, from.find('\n'));
+}
+
 double max_abs(const at::Tensor& t) { return t.detach().abs().max().item<double>(); }
 
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
@@ -159,8 +169,7 @@ Verdict verify(const rewrite::Model& baseline, const rewrite::Model& candidate, 
     const Run got32 = forward_backward(*candidate.clone(), batches, seed, at::kFloat);
     v.error = compare(got32, ref32, &noise32, kFloat32Tolerance, v.float32_error, v, "float32");
   } catch (const std::exception& e) {
-    const std::string what = e.what();
-    v.error = what.substr(0, what.find('\n'));
+    v.error = first_useful_line(e.what());
   }
   v.passed = v.error.empty() && v.margin <= 1;
   return v;

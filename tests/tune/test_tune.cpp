@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <unistd.h>
 
 #include "opfuse/rewrite.h"
 #include "opfuse/tune.h"
@@ -56,6 +57,95 @@ TEST(Verify, FusedSwishAndGateAgreeWithTheReference) {
     std::printf("%s: float32 %.3g float64 %.3g (worst: %s)\n", name, v.float32_error, v.float64_error, v.worst.c_str());
     EXPECT_TRUE(v.passed) << name << ": " << rejection(v);
   }
+}
+
+// A scripted module built in C++: a conv, Swish as x * sigmoid(x) (both operand orders), a
+// squeeze-and-excitation gate x * sigmoid(g) with g [N, C, 1, 1], a linear head.
+std::unique_ptr<rewrite::Model> scripted_net(const std::string& dir) {
+  torch::jit::Module m("TinyNet");
+  m.register_parameter("w", torch::randn({8, 3, 3, 3}) * 0.3, false);
+  m.register_parameter("se_w", torch::randn({8, 8, 1, 1}) * 0.3, false);
+  m.register_parameter("se_b", torch::randn({8}) * 0.1, false);
+  m.register_parameter("fc", torch::randn({8, 5}) * 0.3, false);
+  m.define(R"(
+def forward(self, x):
+    y = torch.conv2d(x, self.w, None, [1, 1], [1, 1])
+    y = y * torch.sigmoid(y)
+    g = torch.conv2d(torch.mean(y, [2, 3], True), self.se_w, self.se_b)
+    y = y * torch.sigmoid(g)
+    y = torch.sigmoid(y) * y
+    return torch.matmul(torch.mean(y, [2, 3]), self.fc)
+)");
+  const std::string path = dir + "/net.pt";
+  m.save(path);
+  return rewrite::load_torchscript(path);
+}
+
+std::string temp_dir(const char* name) {
+  const auto dir = std::filesystem::temp_directory_path() / (std::string("opfuse-tune-") + name + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+TEST(TorchScript, DefaultRewritesReplaceSwishAndGateAndVerify) {
+  TuneOptions o = tiny();
+  o.input_shape = {3, 3, 12, 12};
+  o.model = "net.pt";
+  SCOPED_TRACE("seed " + std::to_string(o.seed));
+  torch::manual_seed(o.seed);
+  auto model = scripted_net(temp_dir("good"));
+  const Batches b = make_batches(o, *model);
+  const auto rules = analyze::default_rules();
+  auto rewritten = model->clone();
+  // The gate's pattern must not take x * sigmoid(x), which silu covers: two Swish places, one gate.
+  EXPECT_EQ(rewrite::rewrites_for(rule(rules, "se_gate")).back().apply(*rewritten), 1);
+  EXPECT_EQ(rewrite::rewrites_for(rule(rules, "silu")).back().apply(*rewritten), 2);
+  EXPECT_EQ(rewrite::rewrites_for(rule(rules, "silu")).back().apply(*rewritten), 0) << "a second pass finds nothing";
+  const Verdict v = verify(*model, *rewritten, b, o.seed);
+  EXPECT_TRUE(v.passed) << rejection(v);
+  EXPECT_LT(v.float64_error, 1e-12);
+  // The original is untouched: its clone shares no graph with the rewritten one.
+  auto again = model->clone();
+  EXPECT_EQ(rewrite::rewrites_for(rule(rules, "silu")).back().apply(*again), 2);
+}
+
+TEST(TorchScript, AWrongRewriteFailsVerification) {
+  TuneOptions o = tiny();
+  o.input_shape = {3, 3, 12, 12};
+  o.model = "net.pt";
+  auto model = scripted_net(temp_dir("wrong"));
+  const Batches b = make_batches(o, *model);
+  const auto rules = analyze::load_rules(std::string(std::getenv("OPFUSE_TEST_DATA")) + "/rules/wrong_silu.yaml");
+  auto rewritten = model->clone();
+  EXPECT_EQ(rewrite::rewrites_for(rule(rules, "wrong_silu")).back().apply(*rewritten), 1);
+  const Verdict v = verify(*model, *rewritten, b, o.seed);
+  EXPECT_FALSE(v.passed);
+  EXPECT_GT(v.margin, 100) << v.worst;
+  EXPECT_THROW(rewrite::rewrite_graph(*rewritten, "graph(%x):\n  %y = aten::nope(", "graph(%x):\n  return (%x)"),
+               std::invalid_argument);
+}
+
+TEST(TorchScript, ARewriteThatFailsToRunIsRejectedWithItsError) {
+  TuneOptions o = tiny();
+  o.input_shape = {3, 3, 12, 12};
+  o.model = "net.pt";
+  auto model = scripted_net(temp_dir("throws"));
+  const Batches b = make_batches(o, *model);
+  // se_gate on two same-shaped tensors: the op rejects the gate's shape at run time.
+  auto rewritten = model->clone();
+  EXPECT_EQ(rewrite::rewrite_graph(*rewritten, R"(
+graph(%x):
+  %s = aten::sigmoid(%x)
+  %y = aten::mul(%x, %s)
+  return (%y))",
+                                   R"(
+graph(%x):
+  %y = opfuse::se_gate(%x, %x)
+  return (%y))"),
+            1);
+  const Verdict v = verify(*model, *rewritten, b, o.seed);
+  EXPECT_FALSE(v.passed);
+  EXPECT_NE(v.error.find("gate"), std::string::npos) << v.error;
 }
 
 }  // namespace
