@@ -62,15 +62,17 @@ if "$opfuse" rewrite "$tmp/net.pt" "$tmp/wrong.pt" --input-shape 4,3,32,32 --no-
   --rules "$data/rules/wrong_silu.yaml" > "$tmp/wrong.txt"; then echo "wrong rewrite accepted"; exit 1; fi
 grep -q "failed verification" "$tmp/wrong.txt"
 [ ! -e "$tmp/wrong.pt" ]
-if "$opfuse" tune --model "$tmp/net.pt" --input-shape 4,3,32,32 --steps 1 --rounds 2 --warmup 1 --profile-steps 1 \
-  --rules "$data/rules/wrong_silu.yaml" --out "$tmp/wrong" > "$tmp/wrong-tune.txt"; then
-  echo "tune kept a wrong rewrite"; exit 1
-fi
+ts_tiny="--model $tmp/net.pt --input-shape 4,3,32,32 --steps 1 --rounds 2 --warmup 1 --profile-steps 1 --min-gain -0.5"
+"$opfuse" tune $ts_tiny --rules "$data/rules/wrong_silu.yaml" --out "$tmp/wrong" > "$tmp/wrong-tune.txt"
 "$python" - "$tmp/wrong/report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 wrong = [x for x in r["replacements"] if x["rule"] == "wrong_silu"]
 assert wrong and not wrong[0]["verified"] and not wrong[0]["kept"], r["replacements"]
 assert any(x["rule"] == "wrong_silu" for x in r["rejected"]), r["rejected"]
+assert all(x["verified"] for x in r["replacements"] if x["kept"])
 PY
+if "$opfuse" tune $ts_tiny --no-default-rules --rules "$data/rules/wrong_silu.yaml" --out "$tmp/only-wrong" \
+  > "$tmp/only-wrong.txt"; then echo "tune exited 0 with nothing verified"; exit 1; fi
+grep -q "no replacement verified" "$tmp/only-wrong.txt"
 echo "tune ok"
