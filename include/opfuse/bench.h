@@ -9,8 +9,10 @@
 namespace opfuse::bench {
 
 struct OpBenchOptions {
-  std::string op = "silu";  // silu | swish | se_gate
-  int64_t numel = 6'400'000;
+  std::string op = "silu";  // silu | swish | se_gate | batch_norm_silu | drop_connect_add
+  // 0: the op's default, 6'400'000 elements, or [16, 96, 56, 56] for batch_norm_silu and
+  // drop_connect_add; se_gate and those two take [16, C, 56, 56] of about numel elements.
+  int64_t numel = 0;
   int threads = 0;  // 0: all hardware threads
   int rounds = 7;
   int warmup = 2;
@@ -47,7 +49,8 @@ OpBenchResult bench_op(const OpBenchOptions& options);
 
 namespace opfuse::bench {
 
-// Microseconds one call of opfuse op `op` (silu, silu_backward, se_gate) takes here at the
+// Microseconds one call of opfuse op `op` (silu, silu_backward, se_gate, batch_norm_silu in
+// training mode, drop_connect_add with p = 0.2) takes here at the
 // tensor shapes of a trace's "Input Dims" ("16,32,56,56;16,32,1,1": largest first), median of
 // repeated calls; −1 for an op or shape it cannot time. analyze uses it for its estimates.
 double time_fused_op(const std::string& op, const std::string& dims);

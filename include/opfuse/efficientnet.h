@@ -18,6 +18,18 @@ namespace opfuse::models {
 enum class SwishKind { memory_efficient, composite, aten, fused };
 // How the squeeze-and-excitation tail sigmoid(s) · x is computed.
 enum class SeGateKind { composite, fused };
+// How each BatchNorm followed by Swish (stem, expansion, depthwise, head) is computed: the
+// BatchNorm2d module then the Swish variant, or one opfuse::batch_norm_silu on the module's
+// parameters and buffers.
+enum class BatchNormSiluKind { composite, fused };
+// How a block's drop connect + residual add is computed: the reference's drop_connect then
+// `+ inputs`, or one opfuse::drop_connect_add (the same mask for the same seed).
+enum class DropConnectKind { composite, fused };
+
+// "composite" | "fused" for the three kinds above; throws std::invalid_argument naming `what`.
+SeGateKind parse_se_gate_kind(const std::string& name);
+BatchNormSiluKind parse_batch_norm_silu_kind(const std::string& name);
+DropConnectKind parse_drop_connect_kind(const std::string& name);
 
 SwishKind parse_swish_kind(const std::string& name);  // throws std::invalid_argument
 std::string to_string(SwishKind kind);
@@ -75,6 +87,8 @@ class MBConvBlockImpl : public torch::nn::Module {
   MBConvBlockImpl(const BlockArgs& args, const GlobalParams& p, int image_size);
   at::Tensor forward(const at::Tensor& inputs, double drop_connect_rate);
   at::Tensor squeeze_excite(const at::Tensor& x);
+  // swish(bn(x)) in the profiler scope of bn, fused or not as bn_silu says.
+  at::Tensor bn_swish(torch::nn::BatchNorm2d& bn, const std::string& bn_scope, const at::Tensor& x);
   // Names the profiler scopes after the module's path in the model, e.g. "_blocks.3".
   void set_path(const std::string& path);
   BlockArgs args;
@@ -82,6 +96,8 @@ class MBConvBlockImpl : public torch::nn::Module {
     std::string block, expand_conv, bn0, depthwise_conv, bn1, se, swish, project_conv, bn2;
   } scope;
   SeGateKind se_gate = SeGateKind::composite;
+  BatchNormSiluKind bn_silu = BatchNormSiluKind::composite;
+  DropConnectKind drop_connect = DropConnectKind::composite;
   Conv2dStaticSamePadding _expand_conv{nullptr}, _depthwise_conv{nullptr}, _se_reduce{nullptr},
       _se_expand{nullptr}, _project_conv{nullptr};
   torch::nn::BatchNorm2d _bn0{nullptr}, _bn1{nullptr}, _bn2{nullptr};
@@ -95,7 +111,12 @@ class EfficientNetImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
   void set_swish(SwishKind kind);
   void set_se_gate(SeGateKind kind);
+  void set_batch_norm_silu(BatchNormSiluKind kind);
+  void set_drop_connect(DropConnectKind kind);
   int64_t parameter_count() const;
+  BatchNormSiluKind bn_silu = BatchNormSiluKind::composite;  // stem and head; blocks keep their own
+  // swish(bn(x)) for the stem's _bn0 and the head's _bn1, in the BatchNorm's profiler scope.
+  at::Tensor stem_or_head_bn_swish(torch::nn::BatchNorm2d& bn, const char* bn_scope, const at::Tensor& x);
   GlobalParams params;
   Conv2dStaticSamePadding _conv_stem{nullptr}, _conv_head{nullptr};
   torch::nn::BatchNorm2d _bn0{nullptr}, _bn1{nullptr};
@@ -105,6 +126,10 @@ class EfficientNetImpl : public torch::nn::Module {
   Swish _swish{nullptr};
 };
 TORCH_MODULE(EfficientNet);
+
+// silu(bn(x)) as one opfuse::batch_norm_silu with the module's parameters, buffers and mode,
+// including its num_batches_tracked count and momentum, as BatchNorm2d's own forward.
+at::Tensor fused_batch_norm_silu(torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x);
 
 // The B0 block strings; every variant scales them.
 const std::vector<std::string>& efficientnet_block_strings();

@@ -19,6 +19,22 @@ at::Tensor swish(const at::Tensor& x, double beta = 1.0);
 // the squeeze-and-excitation tail of an EfficientNet block.
 at::Tensor se_gate(const at::Tensor& x, const at::Tensor& gate);
 
+// silu(batch_norm(x)) for x [N, C, H, W] (NCHW, channels_last or any layout) or [N, C]: one
+// statistics pass and one output pass forward, two passes backward (the SiLU backward fused
+// into BatchNorm's), x̂ recomputed from x rather than stored. Arguments as torch::batch_norm:
+// weight, bias, running_mean, running_var are [C] or undefined; when training, the batch's
+// statistics are used and the running ones (if defined) updated in place as torch::batch_norm
+// updates them (running = (1 − momentum)·running + momentum·batch, the variance unbiased);
+// otherwise the running statistics are used. Gradients flow to x, weight and bias.
+at::Tensor batch_norm_silu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                           const at::Tensor& running_mean, const at::Tensor& running_var, bool training,
+                           double momentum, double eps);
+
+// EfficientNet's drop connect and residual add: x / (1 − p) · mask[n] + residual, mask[n] =
+// floor(1 − p + U[0, 1)) drawn per sample from torch's default generator, as the reference's
+// drop_connect draws it (a seed gives the same mask). Not training, or p = 0: x + residual.
+at::Tensor drop_connect_add(const at::Tensor& x, const at::Tensor& residual, double p, bool training);
+
 // Path of the shared library holding the operators, for torch.ops.load_library.
 const char* ops_library_path();
 

@@ -13,6 +13,8 @@ struct TrainOptions {
   std::string model = "efficientnet-b0";
   std::string swish = "memory-efficient";  // memory-efficient | composite | aten | fused
   std::string se_gate = "composite";       // composite | fused
+  std::string bn_swish = "composite";      // BatchNorm + Swish: composite | fused (opfuse::batch_norm_silu)
+  std::string drop_connect = "composite";  // drop connect + residual: composite | fused (opfuse::drop_connect_add)
   int image_size = 0;                      // 0: the model's own resolution
   int batch_size = 16;
   int steps = 20;   // timed steps, after the warm-up
@@ -34,7 +36,7 @@ struct StepRecord {
 };
 
 struct TrainResult {
-  std::string model, swish, se_gate, data;
+  std::string model, swish, se_gate, bn_swish, drop_connect, data;
   int64_t parameters = 0;
   int image_size = 0, batch_size = 0, steps = 0, threads = 0;
   double images_per_sec = 0;  // timed steps only
@@ -49,14 +51,23 @@ struct TrainResult {
 // on_step sees every step as it finishes, for progress and per-step lines.
 TrainResult train(const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step = {});
 
+// The --compare variant that turns every opfuse fusion on: fused Swish, SE gate,
+// BatchNorm + Swish and drop connect.
+inline constexpr const char* kAllFusions = "opfuse-all";
+
+// options as a --compare variant runs them: a Swish kind replaces options.swish (the other
+// switches as options say); kAllFusions sets all four switches to fused. Throws
+// std::invalid_argument for an unknown variant.
+TrainOptions variant_options(const TrainOptions& options, const std::string& variant);
+
 struct CompareResult {
-  std::vector<std::string> variants;             // swish kinds, first is the baseline
+  std::vector<std::string> variants;             // swish kinds or kAllFusions, first is the baseline
   std::vector<std::vector<double>> images_per_sec;  // [variant][round]
   std::vector<double> median;                    // per variant
   std::vector<double> ratio;                     // median / baseline median
 };
 
-// Alternates the Swish variants in one process, `rounds` rounds of options.steps timed steps
+// Alternates the variants in one process, `rounds` rounds of options.steps timed steps
 // each (after one warm-up per variant), every model built from the same seed.
 CompareResult compare(const TrainOptions& options, const std::vector<std::string>& variants, int rounds,
                       const std::function<void(int round, int rounds)>& on_round = {});

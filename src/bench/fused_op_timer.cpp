@@ -55,6 +55,16 @@ double time_fused_op(const std::string& op, const std::string& dims) {
     const at::Tensor gate = torch::randn(gate_shape);
     return time_calls([&] { opfuse::se_gate(x, gate); });
   }
+  if (op == "batch_norm_silu") {
+    if (x.dim() != 4 && x.dim() != 2) return -1;
+    const at::Tensor w = torch::ones({x.size(1)}), b = torch::zeros({x.size(1)});
+    at::Tensor rm = torch::zeros({x.size(1)}), rv = torch::ones({x.size(1)});
+    return time_calls([&] { opfuse::batch_norm_silu(x, w, b, rm, rv, true, 0.01, 1e-3); });
+  }
+  if (op == "drop_connect_add") {
+    const at::Tensor residual = torch::randn(shapes[0]);
+    return time_calls([&] { opfuse::drop_connect_add(x, residual, 0.2, true); });
+  }
   return -1;
 }
 

@@ -21,6 +21,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr int64_t kDefaultNumel = 6'400'000;
+
 struct Variant {
   std::string name, what;
   std::function<at::Tensor()> forward;  // builds the graph from the leaves
@@ -40,7 +42,61 @@ std::vector<int64_t> se_gate_shape(int64_t numel) {
   return {n, std::max<int64_t>(1, numel / (n * hw)), 56, 56};
 }
 
-Case make_case(const std::string& op, int64_t numel) {
+// BatchNorm + Swish and drop connect run on an MBConv expansion's activation: [16, 96, 56, 56]
+// by default, [16, C, 56, 56] of about --numel elements otherwise.
+std::vector<int64_t> block_shape(int64_t numel) {
+  return numel == 0 ? std::vector<int64_t>{16, 96, 56, 56} : se_gate_shape(numel);
+}
+
+// EfficientNet's BatchNorm: momentum 0.01, eps 1e-3, in training mode. Each variant updates
+// its own running statistics.
+Case batch_norm_silu_case(int64_t numel) {
+  Case c;
+  const auto shape = block_shape(numel);
+  const int64_t channels = shape[1];
+  at::Tensor x = torch::randn(shape).requires_grad_();
+  at::Tensor w = (torch::rand({channels}) + 0.5).requires_grad_(), b = torch::randn({channels}).requires_grad_();
+  c.leaves = {x, w, b};
+  c.grad_output = torch::randn(shape);
+  auto stats = [channels] { return std::make_pair(torch::zeros({channels}), torch::ones({channels})); };
+  auto [rm0, rv0] = stats();
+  auto [rm1, rv1] = stats();
+  auto [rm2, rv2] = stats();
+  c.variants = {
+      {"reference", "torch::batch_norm, memory-efficient Swish",
+       [=] { return models::memory_efficient_swish(torch::batch_norm(x, w, b, rm0, rv0, true, 0.01, 1e-3, false)); }},
+      {"aten", "torch::batch_norm, torch::silu",
+       [=] { return torch::silu(torch::batch_norm(x, w, b, rm1, rv1, true, 0.01, 1e-3, false)); }},
+      {"opfuse", "opfuse::batch_norm_silu", [=] { return opfuse::batch_norm_silu(x, w, b, rm2, rv2, true, 0.01, 1e-3); }}};
+  // forward reads x twice (statistics, output) and writes y; backward reads dy and x, writes
+  // dz, then reads dz and x and writes dx
+  c.bytes_per_step = 9.0 * x.numel() * sizeof(float);
+  return c;
+}
+
+// The drop-connect rate of EfficientNet-B0's last blocks.
+Case drop_connect_add_case(int64_t numel) {
+  Case c;
+  const auto shape = block_shape(numel);
+  constexpr double p = 0.2, keep = 1 - p;
+  at::Tensor x = torch::randn(shape).requires_grad_(), r = torch::randn(shape).requires_grad_();
+  c.leaves = {x, r};
+  c.grad_output = torch::randn(shape);
+  auto mask = [x] { return torch::floor(keep + torch::rand({x.size(0), 1, 1, 1}, x.options())); };
+  c.variants = {
+      {"reference", "x / keep * floor(keep + rand) + residual (efficientnet_pytorch)",
+       [=] { return x / keep * mask() + r; }},
+      {"aten", "torch::addcmul(residual, x, mask / keep)", [=] { return torch::addcmul(r, x, mask() / keep); }},
+      {"opfuse", "opfuse::drop_connect_add", [=] { return opfuse::drop_connect_add(x, r, p, true); }}};
+  // forward reads x and residual, writes out; backward reads dy, writes dx
+  c.bytes_per_step = 5.0 * x.numel() * sizeof(float);
+  return c;
+}
+
+Case make_case(const std::string& op, int64_t numel_option) {
+  if (op == "batch_norm_silu") return batch_norm_silu_case(numel_option);
+  if (op == "drop_connect_add") return drop_connect_add_case(numel_option);
+  const int64_t numel = numel_option == 0 ? kDefaultNumel : numel_option;
   Case c;
   if (op == "silu" || op == "swish") {
     at::Tensor x = torch::randn({numel}).requires_grad_();
@@ -69,7 +125,8 @@ Case make_case(const std::string& op, int64_t numel) {
     c.bytes_per_step = 5.0 * x.numel() * sizeof(float);
     return c;
   }
-  throw std::invalid_argument(fmt::format("unknown op '{}' (expected silu, swish or se_gate)", op));
+  throw std::invalid_argument(
+      fmt::format("unknown op '{}' (expected {})", op, fmt::join(benchmarked_ops(), ", ")));
 }
 
 double elapsed_ms(Clock::time_point start) {
@@ -90,12 +147,12 @@ std::string shape_string(at::IntArrayRef sizes) {
 }  // namespace
 
 const std::vector<std::string>& benchmarked_ops() {
-  static const std::vector<std::string> ops{"silu", "swish", "se_gate"};
+  static const std::vector<std::string> ops{"silu", "swish", "se_gate", "batch_norm_silu", "drop_connect_add"};
   return ops;
 }
 
 OpBenchResult bench_op(const OpBenchOptions& options) {
-  if (options.numel <= 0) throw std::invalid_argument("--numel must be positive");
+  if (options.numel < 0) throw std::invalid_argument("--numel must be positive");
   if (options.rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
   const int threads = options.threads > 0 ? options.threads
                                           : static_cast<int>(std::thread::hardware_concurrency());

@@ -22,11 +22,12 @@ struct BenchOpArgs {
 Run add_bench_op(CLI::App& app) {
   auto args = std::make_shared<BenchOpArgs>();
   auto* cmd = app.add_subcommand("bench-op", "Time a fused op against the composite it replaces and ATen");
-  cmd->add_option("NAME", args->options.op, "silu | swish | se_gate")
+  cmd->add_option("NAME", args->options.op, "silu | swish | se_gate | batch_norm_silu | drop_connect_add")
       ->required()
       ->check(CLI::IsMember(bench::benchmarked_ops()));
-  cmd->add_option("--numel", args->options.numel, "elements per tensor (se_gate: [16, C, 56, 56] of about that size)")
-      ->capture_default_str()
+  cmd->add_option("--numel", args->options.numel,
+                  "elements per tensor (default 6400000; se_gate, batch_norm_silu, drop_connect_add: [16, C, 56, 56] "
+                  "of about that size, default [16, 96, 56, 56] for the last two)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", args->options.threads, "intra-op threads (0: all cores)")
       ->capture_default_str()

@@ -75,6 +75,11 @@ Run add_train(CLI::App& app) {
   cmd->add_option("--model", o.model, "efficientnet-b0 … efficientnet-b7")->capture_default_str();
   cmd->add_option("--swish", o.swish, "memory-efficient | composite | aten | fused")->capture_default_str();
   cmd->add_option("--se-gate", o.se_gate, "squeeze-excitation tail: composite | fused")->capture_default_str();
+  cmd->add_option("--bn-swish", o.bn_swish, "BatchNorm + Swish: composite | fused (opfuse::batch_norm_silu)")
+      ->capture_default_str();
+  cmd->add_option("--drop-connect", o.drop_connect,
+                  "drop connect + residual add: composite | fused (opfuse::drop_connect_add)")
+      ->capture_default_str();
   cmd->add_option("--image-size", o.image_size, "input resolution (default: the model's own)");
   cmd->add_option("--batch-size", o.batch_size, "images per step")->capture_default_str();
   cmd->add_option("--steps", o.steps, "timed steps after the warm-up")->capture_default_str();
@@ -88,7 +93,9 @@ Run add_train(CLI::App& app) {
   cmd->add_option("--data", o.data, "image folder, one subfolder per class (default: synthetic data)");
   cmd->add_option("--print-freq", a->print_freq, "print every N steps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--compare", a->compare,
-                  "alternate these Swish variants in one run, e.g. memory-efficient,aten,fused (first is the baseline)");
+                  "alternate these variants in one run, e.g. memory-efficient,aten,fused,opfuse-all (first is the "
+                  "baseline): a Swish kind, or opfuse-all for every opfuse fusion (Swish, SE gate, BatchNorm + "
+                  "Swish, drop connect)");
   cmd->add_flag("--profile-overhead", a->profile_overhead,
                 "benchmark: alternate plain and profiled steps, report the profiler's cost");
   cmd->add_option("--rounds", a->rounds, "rounds for --compare and --profile-overhead")->capture_default_str();

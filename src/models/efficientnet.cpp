@@ -21,7 +21,7 @@ int output_image_size(int image_size, int stride) {
 }
 
 // The reference's drop_connect: keep each sample with probability 1 − p and rescale.
-at::Tensor drop_connect(const at::Tensor& inputs, double p, bool training) {
+at::Tensor reference_drop_connect(const at::Tensor& inputs, double p, bool training) {
   if (!training) return inputs;
   const double keep = 1.0 - p;
   at::Tensor random = keep + torch::rand({inputs.size(0), 1, 1, 1}, inputs.options());
@@ -48,6 +48,41 @@ SwishKind parse_swish_kind(const std::string& name) {
 }
 
 std::string to_string(SwishKind kind) { return swish_kind_names()[static_cast<size_t>(kind)]; }
+
+namespace {
+
+// The composite-or-fused switches share one spelling.
+bool parse_fused(const std::string& name, const char* what) {
+  if (name == "fused") return true;
+  if (name == "composite") return false;
+  throw std::invalid_argument(fmt::format("unknown {} '{}' (expected composite or fused)", what, name));
+}
+
+}  // namespace
+
+SeGateKind parse_se_gate_kind(const std::string& name) {
+  return parse_fused(name, "se-gate") ? SeGateKind::fused : SeGateKind::composite;
+}
+
+BatchNormSiluKind parse_batch_norm_silu_kind(const std::string& name) {
+  return parse_fused(name, "bn-swish") ? BatchNormSiluKind::fused : BatchNormSiluKind::composite;
+}
+
+DropConnectKind parse_drop_connect_kind(const std::string& name) {
+  return parse_fused(name, "drop-connect") ? DropConnectKind::fused : DropConnectKind::composite;
+}
+
+at::Tensor fused_batch_norm_silu(torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x) {
+  const auto& o = bn.options;
+  double momentum = o.momentum().value_or(0.0);
+  if (bn.is_training() && o.track_running_stats() && bn.num_batches_tracked.defined()) {
+    bn.num_batches_tracked += 1;
+    if (!o.momentum().has_value()) momentum = 1.0 / bn.num_batches_tracked.item<double>();  // cumulative average
+  }
+  const bool batch_statistics = bn.is_training() || !o.track_running_stats();
+  return opfuse::batch_norm_silu(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, batch_statistics, momentum,
+                                 o.eps());
+}
 
 BlockArgs decode_block_string(const std::string& block) {
   static const std::regex part("([a-z]+)([0-9.]+)");
@@ -186,21 +221,29 @@ at::Tensor MBConvBlockImpl::squeeze_excite(const at::Tensor& x) {
   return se_gate == SeGateKind::fused ? opfuse::se_gate(x, squeezed) : composite_se_gate(x, squeezed);
 }
 
+// The fused op runs in the BatchNorm's scope: a trace shows opfuse::batch_norm_silu where
+// the BatchNorm and the Swish after it were.
+at::Tensor MBConvBlockImpl::bn_swish(torch::nn::BatchNorm2d& bn, const std::string& bn_scope, const at::Tensor& x) {
+  if (bn_silu == BatchNormSiluKind::fused) return in_scope(bn_scope, [&] { return fused_batch_norm_silu(*bn, x); });
+  const at::Tensor y = in_scope(bn_scope, [&] { return bn->forward(x); });
+  return in_scope(scope.swish, [&] { return _swish->forward(y); });
+}
+
 at::Tensor MBConvBlockImpl::forward(const at::Tensor& inputs, double drop_connect_rate) {
   profile::Scope block(scope.block);
-  auto swish = [&](const at::Tensor& t) { return in_scope(scope.swish, [&] { return _swish->forward(t); }); };
   at::Tensor x = inputs;
   if (_expand_conv) {
     x = in_scope(scope.expand_conv, [&] { return _expand_conv->forward(x); });
-    x = swish(in_scope(scope.bn0, [&] { return _bn0->forward(x); }));
+    x = bn_swish(_bn0, scope.bn0, x);
   }
   x = in_scope(scope.depthwise_conv, [&] { return _depthwise_conv->forward(x); });
-  x = swish(in_scope(scope.bn1, [&] { return _bn1->forward(x); }));
+  x = bn_swish(_bn1, scope.bn1, x);
   if (_se_reduce) x = squeeze_excite(x);
   x = in_scope(scope.project_conv, [&] { return _project_conv->forward(x); });
   x = in_scope(scope.bn2, [&] { return _bn2->forward(x); });
   if (args.id_skip && args.stride == 1 && args.input_filters == args.output_filters) {
-    if (drop_connect_rate > 0) x = drop_connect(x, drop_connect_rate, is_training());
+    if (drop_connect == DropConnectKind::fused) return opfuse::drop_connect_add(x, inputs, drop_connect_rate, is_training());
+    if (drop_connect_rate > 0) x = reference_drop_connect(x, drop_connect_rate, is_training());
     x = x + inputs;
   }
   return x;
@@ -237,18 +280,23 @@ EfficientNetImpl::EfficientNetImpl(const std::vector<BlockArgs>& blocks, const G
   _swish = register_module("_swish", Swish());
 }
 
+at::Tensor EfficientNetImpl::stem_or_head_bn_swish(torch::nn::BatchNorm2d& bn, const char* bn_scope,
+                                                   const at::Tensor& x) {
+  if (bn_silu == BatchNormSiluKind::fused) return in_scope(bn_scope, [&] { return fused_batch_norm_silu(*bn, x); });
+  const at::Tensor y = in_scope(bn_scope, [&] { return bn->forward(x); });
+  return in_scope("_swish", [&] { return _swish->forward(y); });
+}
+
 at::Tensor EfficientNetImpl::forward(const at::Tensor& input) {
   at::Tensor x = in_scope("_conv_stem", [&] { return _conv_stem->forward(input); });
-  x = in_scope("_bn0", [&] { return _bn0->forward(x); });
-  x = in_scope("_swish", [&] { return _swish->forward(x); });
+  x = stem_or_head_bn_swish(_bn0, "_bn0", x);
   const size_t n = _blocks->size();
   for (size_t i = 0; i < n; ++i) {
     const double rate = params.drop_connect_rate * static_cast<double>(i) / n;
     x = _blocks[i]->as<MBConvBlock>()->forward(x, rate);
   }
   x = in_scope("_conv_head", [&] { return _conv_head->forward(x); });
-  x = in_scope("_bn1", [&] { return _bn1->forward(x); });
-  x = in_scope("_swish", [&] { return _swish->forward(x); });
+  x = stem_or_head_bn_swish(_bn1, "_bn1", x);
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
   return in_scope("_fc", [&] { return _fc->forward(_dropout->forward(x)); });
 }
@@ -260,6 +308,15 @@ void EfficientNetImpl::set_swish(SwishKind kind) {
 
 void EfficientNetImpl::set_se_gate(SeGateKind kind) {
   for (const auto& m : *_blocks) m->as<MBConvBlock>()->se_gate = kind;
+}
+
+void EfficientNetImpl::set_batch_norm_silu(BatchNormSiluKind kind) {
+  bn_silu = kind;
+  for (const auto& m : *_blocks) m->as<MBConvBlock>()->bn_silu = kind;
+}
+
+void EfficientNetImpl::set_drop_connect(DropConnectKind kind) {
+  for (const auto& m : *_blocks) m->as<MBConvBlock>()->drop_connect = kind;
 }
 
 int64_t EfficientNetImpl::parameter_count() const {

@@ -12,6 +12,19 @@ TORCH_LIBRARY(opfuse, m) {
   m.def("swish_backward(Tensor grad, Tensor x, float beta) -> Tensor");
   m.def("se_gate(Tensor x, Tensor gate) -> Tensor");
   m.def("se_gate_backward(Tensor grad, Tensor x, Tensor gate) -> (Tensor, Tensor)");
+  // silu(batch_norm(x)); running stats are updated in place when training. _forward also
+  // returns the per-channel mean and invstd that _backward takes.
+  m.def("batch_norm_silu(Tensor x, Tensor? weight, Tensor? bias, Tensor(a!)? running_mean, "
+        "Tensor(b!)? running_var, bool training, float momentum, float eps) -> Tensor");
+  m.def("batch_norm_silu_forward(Tensor x, Tensor? weight, Tensor? bias, Tensor(a!)? running_mean, "
+        "Tensor(b!)? running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)");
+  m.def("batch_norm_silu_backward(Tensor grad, Tensor x, Tensor? weight, Tensor? bias, Tensor mean, "
+        "Tensor invstd, bool training) -> (Tensor, Tensor, Tensor)");
+  // x / (1 − p) · mask[n] + residual with a per-sample mask drawn from the default generator;
+  // _forward also returns the [N] mask (undefined when nothing is dropped).
+  m.def("drop_connect_add(Tensor x, Tensor residual, float p, bool training) -> Tensor");
+  m.def("drop_connect_add_forward(Tensor x, Tensor residual, float p, bool training) -> (Tensor, Tensor)");
+  m.def("drop_connect_add_backward(Tensor grad, Tensor? mask, float p) -> Tensor");
 }
 
 namespace opfuse {

@@ -9,6 +9,8 @@ nlohmann::json train_json(const train::TrainResult& r) {
           {"parameters", r.parameters},
           {"swish", r.swish},
           {"se_gate", r.se_gate},
+          {"bn_swish", r.bn_swish},
+          {"drop_connect", r.drop_connect},
           {"data", r.data},
           {"image_size", r.image_size},
           {"batch_size", r.batch_size},
@@ -31,6 +33,7 @@ std::string format_step(const train::StepRecord& s, int total, double mean_step_
 std::string format_train_summary(const train::TrainResult& r) {
   std::vector<Row> rows{{"model", fmt::format("{} ({} parameters)", r.model, r.parameters)},
                         {"swish / se-gate", r.swish + " / " + r.se_gate},
+                        {"bn-swish / drop", r.bn_swish + " / " + r.drop_connect},
                         {"data", r.data},
                         {"batch x image", fmt::format("{} x {}x{}, {} threads", r.batch_size, r.image_size, r.image_size, r.threads)},
                         {"throughput", fmt::format("{:.1f} images/s over {} timed steps", r.images_per_sec, r.steps)},
@@ -51,13 +54,14 @@ std::string format_compare(const train::CompareResult& c, int batch_size, int st
   }
   return fmt::format("\n{} rounds of {} steps x {} images per variant, alternating\n", c.images_per_sec.front().size(),
                      steps, batch_size) +
-         format_table({"swish", "images/s (median)", "range", fmt::format("vs {}", c.variants.front())}, rows);
+         format_table({"variant", "images/s (median)", "range", fmt::format("vs {}", c.variants.front())}, rows);
 }
 
 nlohmann::json compare_json(const train::CompareResult& c) {
   nlohmann::json variants = nlohmann::json::array();
   for (size_t v = 0; v < c.variants.size(); ++v)
-    variants.push_back({{"swish", c.variants[v]},
+    variants.push_back({{"variant", c.variants[v]},
+                        {"swish", c.variants[v]},  // the key before variants other than Swish kinds
                         {"images_per_sec", c.median[v]},
                         {"rounds", c.images_per_sec[v]},
                         {"ratio", c.ratio[v]}});

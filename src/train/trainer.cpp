@@ -29,8 +29,9 @@ double ms_since(Clock::time_point start) {
 void validate(const TrainOptions& o) {
   models::efficientnet_params(o.model);  // throws for an unknown model
   models::parse_swish_kind(o.swish);
-  if (o.se_gate != "composite" && o.se_gate != "fused")
-    throw std::invalid_argument(fmt::format("unknown se-gate '{}' (expected composite or fused)", o.se_gate));
+  models::parse_se_gate_kind(o.se_gate);
+  models::parse_batch_norm_silu_kind(o.bn_swish);
+  models::parse_drop_connect_kind(o.drop_connect);
   if (o.image_size != 0 && o.image_size < 32)
     throw std::invalid_argument(fmt::format("--image-size {} is below the minimum of 32", o.image_size));
   if (o.batch_size < 1) throw std::invalid_argument("--batch-size must be at least 1");
@@ -61,15 +62,17 @@ struct Session {
   int image_size = 0;
 };
 
-Session open_session(const TrainOptions& o, const std::string& swish) {
+Session open_session(const TrainOptions& o) {
   Session s;
   s.image_size = o.image_size > 0 ? o.image_size : models::efficientnet_params(o.model).image_size;
   s.source = o.data.empty() ? data::synthetic_source(o.batch_size, s.image_size, o.num_classes, o.seed)
                             : data::image_folder_source(o.data, o.batch_size, s.image_size, o.seed);
   torch::manual_seed(o.seed);
   s.model = models::make_efficientnet(o.model, static_cast<int>(s.source->num_classes()), s.image_size);
-  s.model->set_swish(models::parse_swish_kind(swish));
-  s.model->set_se_gate(o.se_gate == "fused" ? models::SeGateKind::fused : models::SeGateKind::composite);
+  s.model->set_swish(models::parse_swish_kind(o.swish));
+  s.model->set_se_gate(models::parse_se_gate_kind(o.se_gate));
+  s.model->set_batch_norm_silu(models::parse_batch_norm_silu_kind(o.bn_swish));
+  s.model->set_drop_connect(models::parse_drop_connect_kind(o.drop_connect));
   s.model->train();
   s.optimizer = make_optimizer(o, s.model);
   s.optimizer_scope = o.optimizer == "rmsprop" ? "Optimizer.step#RMSprop.step" : "Optimizer.step#SGD.step";
@@ -123,6 +126,8 @@ size_t profile_steps(const TrainOptions& o, Session& s, int first_step) {
                                 {"model", o.model},
                                 {"swish", o.swish},
                                 {"se_gate", o.se_gate},
+                                {"bn_swish", o.bn_swish},
+                                {"drop_connect", o.drop_connect},
                                 {"threads", at::get_num_threads()},
                                 {"batch_size", o.batch_size},
                                 {"image_size", s.image_size}};
@@ -141,12 +146,14 @@ double peak_rss_mb() {
 TrainResult train(const TrainOptions& o, const std::function<void(const StepRecord&)>& on_step) {
   validate(o);
   set_threads(o.threads);
-  Session s = open_session(o, o.swish);
+  Session s = open_session(o);
 
   TrainResult result;
   result.model = o.model;
   result.swish = o.swish;
   result.se_gate = o.se_gate;
+  result.bn_swish = o.bn_swish;
+  result.drop_connect = o.drop_connect;
   result.data = s.source->describe();
   result.parameters = s.model->parameter_count();
   result.image_size = s.image_size;
@@ -176,16 +183,32 @@ TrainResult train(const TrainOptions& o, const std::function<void(const StepReco
   return result;
 }
 
+TrainOptions variant_options(const TrainOptions& o, const std::string& variant) {
+  TrainOptions v = o;
+  if (variant == kAllFusions) {
+    v.swish = "fused";
+    v.se_gate = v.bn_swish = v.drop_connect = "fused";
+    return v;
+  }
+  const auto& kinds = models::swish_kind_names();
+  if (std::find(kinds.begin(), kinds.end(), variant) == kinds.end())
+    throw std::invalid_argument(fmt::format("unknown --compare variant '{}' (expected {} or {})", variant,
+                                            fmt::join(kinds, ", "), kAllFusions));
+  v.swish = variant;
+  return v;
+}
+
 CompareResult compare(const TrainOptions& o, const std::vector<std::string>& variants, int rounds,
                       const std::function<void(int, int)>& on_round) {
   validate(o);
   if (variants.empty()) throw std::invalid_argument("--compare needs at least one variant");
   if (rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
-  for (const auto& v : variants) models::parse_swish_kind(v);
+  std::vector<TrainOptions> variant_runs;
+  for (const auto& v : variants) variant_runs.push_back(variant_options(o, v));
   set_threads(o.threads);
 
   std::vector<Session> sessions;
-  for (const auto& v : variants) sessions.push_back(open_session(o, v));
+  for (const auto& v : variant_runs) sessions.push_back(open_session(v));
   for (auto& s : sessions)
     for (int i = 0; i < std::max(1, o.warmup); ++i) run_step(s);
 
@@ -209,7 +232,7 @@ OverheadResult profiler_overhead(const TrainOptions& o, int rounds) {
   validate(o);
   if (rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
   set_threads(o.threads);
-  Session s = open_session(o, o.swish);
+  Session s = open_session(o);
   for (int i = 0; i < std::max(1, o.warmup); ++i) run_step(s);
   std::vector<double> plain, profiled;
   size_t events = 0;

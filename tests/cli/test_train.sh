@@ -7,9 +7,11 @@ trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
 
 "$opfuse" train --help | grep -q -- --swish
+"$opfuse" train --help | grep -q -- --bn-swish
+"$opfuse" train --help | grep -q -- --drop-connect
 
 "$opfuse" train --image-size 32 --batch-size 2 --steps 2 --warmup 1 --num-classes 10 --swish fused \
-  --se-gate fused --json "$tmp/train.json" > "$tmp/train.txt"
+  --se-gate fused --bn-swish fused --drop-connect fused --json "$tmp/train.json" > "$tmp/train.txt"
 grep -q "images/s" "$tmp/train.txt"
 grep -q "^Step: \[3/3\]" "$tmp/train.txt"
 /usr/bin/python3 - "$tmp/train.json" <<'PY'
@@ -19,6 +21,7 @@ for key in ("model", "parameters", "swish", "image_size", "batch_size", "steps",
             "step_ms_median", "loss_first", "loss_last", "peak_rss_mb"):
     assert key in r, key
 assert r["model"] == "efficientnet-b0" and r["swish"] == "fused" and r["steps"] == 2
+assert r["bn_swish"] == "fused" and r["drop_connect"] == "fused"
 assert r["parameters"] == 5288548 - (1000 - 10) * 1281  # the fc layer shrinks with 10 classes
 assert r["images_per_sec"] > 0 and r["peak_rss_mb"] > 0
 PY
@@ -29,13 +32,17 @@ grep -q "profile .*trace.json.gz" "$tmp/profile.txt"
 gzip -t "$tmp/trace.json.gz"
 
 "$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 \
-  --compare memory-efficient,fused --rounds 2 > "$tmp/compare.txt"
+  --compare memory-efficient,fused,opfuse-all --rounds 2 > "$tmp/compare.txt"
 grep -q "vs memory-efficient" "$tmp/compare.txt"
+grep -q "opfuse-all" "$tmp/compare.txt"
 
 expect_usage_error train --model efficientnet-b9
 expect_usage_error train --image-size 31
 expect_usage_error train --batch-size 0
 expect_usage_error train --swish relu
+expect_usage_error train --bn-swish fast
+expect_usage_error train --drop-connect fast
+expect_usage_error train --compare memory-efficient,everything
 expect_usage_error train --data "$tmp/missing"
 mkdir -p "$tmp/empty"
 expect_usage_error train --data "$tmp/empty"

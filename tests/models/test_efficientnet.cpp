@@ -93,14 +93,24 @@ TEST(EfficientNet, SwishVariantsAgreeOnOutputsAndEveryGradient) {
   };
   model->set_swish(SwishKind::memory_efficient);
   const Pass base = forward_backward(model, images, labels);
-  for (auto [swish, gate] : std::vector<std::pair<SwishKind, SeGateKind>>{
-           {SwishKind::composite, SeGateKind::composite}, {SwishKind::aten, SeGateKind::composite},
-           {SwishKind::fused, SeGateKind::composite}, {SwishKind::fused, SeGateKind::fused}}) {
+  using BN = BatchNormSiluKind;
+  using DC = DropConnectKind;
+  for (auto [swish, gate, bn, dc] : std::vector<std::tuple<SwishKind, SeGateKind, BN, DC>>{
+           {SwishKind::composite, SeGateKind::composite, BN::composite, DC::composite},
+           {SwishKind::aten, SeGateKind::composite, BN::composite, DC::composite},
+           {SwishKind::fused, SeGateKind::composite, BN::composite, DC::composite},
+           {SwishKind::fused, SeGateKind::fused, BN::composite, DC::composite},
+           {SwishKind::memory_efficient, SeGateKind::composite, BN::fused, DC::composite},
+           {SwishKind::memory_efficient, SeGateKind::composite, BN::composite, DC::fused},
+           {SwishKind::fused, SeGateKind::fused, BN::fused, DC::fused}}) {
     restore();
     model->set_swish(swish);
     model->set_se_gate(gate);
+    model->set_batch_norm_silu(bn);
+    model->set_drop_connect(dc);
     const Pass r = forward_backward(model, images, labels);
-    SCOPED_TRACE(to_string(swish) + (gate == SeGateKind::fused ? " + fused se_gate" : ""));
+    SCOPED_TRACE(to_string(swish) + (gate == SeGateKind::fused ? " + fused se_gate" : "") +
+                 (bn == BN::fused ? " + fused batch_norm_silu" : "") + (dc == DC::fused ? " + fused drop_connect" : ""));
     EXPECT_LE(max_rel(r.output, base.output), 1e-5);
     ASSERT_EQ(r.grads.size(), base.grads.size());
     // A block without a skip ends in BatchNorm and feeds the next block's conv + BatchNorm,
@@ -123,6 +133,8 @@ TEST(EfficientNet, SwishVariantsAgreeOnOutputsAndEveryGradient) {
 // In float64, so the comparison sees the fused ops and not float32 chaos: with small
 // batches, BatchNorm amplifies rounding differences, and in float32 even ATen's own silu and
 // the memory-efficient Swish drift apart by ~0.3% in loss within 15 steps of this setup.
+// Variant 1 runs every opfuse fusion (Swish, SE gate, BatchNorm + Swish, drop connect); the
+// drop-connect masks match because both draw them from the same seeded generator.
 TEST(EfficientNet, TwentySgdStepsGiveTheSameLossesWithFusedOps) {
   SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
   EfficientNet reference_model = make_efficientnet("efficientnet-b0", 10, 32);
@@ -143,6 +155,8 @@ TEST(EfficientNet, TwentySgdStepsGiveTheSameLossesWithFusedOps) {
     model->to(torch::kDouble);
     model->set_swish(variant == 0 ? SwishKind::memory_efficient : SwishKind::fused);
     model->set_se_gate(variant == 0 ? SeGateKind::composite : SeGateKind::fused);
+    model->set_batch_norm_silu(variant == 0 ? BatchNormSiluKind::composite : BatchNormSiluKind::fused);
+    model->set_drop_connect(variant == 0 ? DropConnectKind::composite : DropConnectKind::fused);
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
     for (int step = 0; step < 20; ++step) {
       torch::manual_seed(100 + step);  // same dropout and drop-connect masks
@@ -155,6 +169,38 @@ TEST(EfficientNet, TwentySgdStepsGiveTheSameLossesWithFusedOps) {
   }
   for (int step = 0; step < 20; ++step)
     EXPECT_NEAR(losses[1][step], losses[0][step], 1e-3 * std::abs(losses[0][step])) << "step " << step;
+}
+
+// BatchNorm's state after training steps: running stats and num_batches_tracked as the module's own.
+TEST(EfficientNet, FusedBatchNormSwishMovesTheBuffersAsBatchNorm2d) {
+  SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
+  EfficientNet a = make_efficientnet("efficientnet-b0", 10, 32), b = make_efficientnet("efficientnet-b0", 10, 32);
+  {
+    torch::NoGradGuard no_grad;
+    auto dst = b->parameters(), src = a->parameters();
+    for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+  }
+  a->to(torch::kDouble);
+  b->to(torch::kDouble);
+  b->set_batch_norm_silu(BatchNormSiluKind::fused);
+  const at::Tensor images = torch::randn({4, 3, 32, 32}, torch::kDouble);
+  for (int step = 0; step < 3; ++step) {
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(step);  // the same drop-connect masks
+    a->forward(images);
+    torch::manual_seed(step);
+    b->forward(images);
+  }
+  const auto ba = a->named_buffers(), bb = b->named_buffers();
+  ASSERT_EQ(ba.size(), bb.size());
+  for (const auto& item : ba) {
+    const at::Tensor& other = bb[item.key()];
+    EXPECT_LE((item.value() - other).abs().max().item<double>(), 1e-10 * (1 + item.value().abs().max().item<double>()))
+        << item.key();
+  }
+  a->eval();
+  b->eval();
+  EXPECT_LE(max_rel(b->forward(images), a->forward(images)), 1e-10) << "eval mode uses the running stats";
 }
 
 }  // namespace

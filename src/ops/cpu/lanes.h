@@ -1,0 +1,106 @@
+// One vector interface over the three CPU paths, so a kernel's loops are written once:
+//   Lanes1<A>   one element in the accumulation type A (float, or double for float64)
+//   Lanes8      eight float32 lanes (AVX2+FMA)
+//   Lanes16     sixteen float32 lanes (AVX-512)
+// Each has F (the value type, with + − * as ordinary arithmetic), load/store for the storage
+// types, set1, sigmoid, and D: double accumulators for one F (sums of many elements are kept in
+// double, so a per-channel sum over 10^5 elements loses nothing to float rounding).
+// A loop written against this interface must be compiled for its target: see
+// batch_norm_silu_loops.h, which is included once per path under `#pragma GCC target`.
+#pragma once
+
+#include "ops/cpu/vec_math.h"
+
+namespace opfuse::cpu {
+
+template <typename Acc>
+struct Lanes1 {
+  static constexpr int kLanes = 1;
+  using A = Acc;
+  using F = Acc;
+  using D = double;
+  template <typename T>
+  static F load(const T* p) { return F(*p); }
+  template <typename T>
+  static void store(T* p, F v) { *p = T(v); }
+  static F set1(A v) { return v; }
+  static F sigmoid(F z) { return cpu::sigmoid(z); }
+  static D dzero() { return 0; }
+  // s1 += a, s2 += a·b
+  static void accumulate(D& s1, D& s2, F a, F b) {
+    s1 += double(a);
+    s2 += double(a) * double(b);
+  }
+  static void accumulate(double* s1, double* s2, F a, F b) { accumulate(*s1, *s2, a, b); }
+  static double hsum(D d) { return d; }
+};
+
+struct Lanes8 {
+  static constexpr int kLanes = 8;
+  using A = float;
+  using F = __m256;
+  struct D { __m256d lo, hi; };
+  OPFUSE_AVX2 static F load(const float* p) { return load8(p); }
+  OPFUSE_AVX2 static F load(const c10::BFloat16* p) { return load8(p); }
+  OPFUSE_AVX2 static void store(float* p, F v) { store8(p, v); }
+  OPFUSE_AVX2 static void store(c10::BFloat16* p, F v) { store8(p, v); }
+  OPFUSE_AVX2 static F set1(float v) { return _mm256_set1_ps(v); }
+  OPFUSE_AVX2 static F sigmoid(F z) { return sigmoid8(z); }
+  OPFUSE_AVX2 static D dzero() { return {_mm256_setzero_pd(), _mm256_setzero_pd()}; }
+  OPFUSE_AVX2 static D widen(F v) {
+    return {_mm256_cvtps_pd(_mm256_castps256_ps128(v)), _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))};
+  }
+  OPFUSE_AVX2 static void accumulate(D& s1, D& s2, F a, F b) {
+    const D wa = widen(a), wb = widen(b);
+    s1 = {s1.lo + wa.lo, s1.hi + wa.hi};
+    s2 = {_mm256_fmadd_pd(wa.lo, wb.lo, s2.lo), _mm256_fmadd_pd(wa.hi, wb.hi, s2.hi)};
+  }
+  OPFUSE_AVX2 static void accumulate(double* s1, double* s2, F a, F b) {
+    D m1{_mm256_loadu_pd(s1), _mm256_loadu_pd(s1 + 4)}, m2{_mm256_loadu_pd(s2), _mm256_loadu_pd(s2 + 4)};
+    accumulate(m1, m2, a, b);
+    _mm256_storeu_pd(s1, m1.lo), _mm256_storeu_pd(s1 + 4, m1.hi);
+    _mm256_storeu_pd(s2, m2.lo), _mm256_storeu_pd(s2 + 4, m2.hi);
+  }
+  // A fixed pairwise order, so the sum of the lanes does not depend on anything but the data.
+  OPFUSE_AVX2 static double hsum(D d) {
+    alignas(32) double v[4];
+    _mm256_store_pd(v, d.lo + d.hi);
+    return (v[0] + v[1]) + (v[2] + v[3]);
+  }
+};
+
+struct Lanes16 {
+  static constexpr int kLanes = 16;
+  using A = float;
+  using F = __m512;
+  struct D { __m512d lo, hi; };
+  OPFUSE_AVX512 static F load(const float* p) { return load16(p); }
+  OPFUSE_AVX512 static F load(const c10::BFloat16* p) { return load16(p); }
+  OPFUSE_AVX512 static void store(float* p, F v) { store16(p, v); }
+  OPFUSE_AVX512 static void store(c10::BFloat16* p, F v) { store16(p, v); }
+  OPFUSE_AVX512 static F set1(float v) { return _mm512_set1_ps(v); }
+  OPFUSE_AVX512 static F sigmoid(F z) { return sigmoid16(z); }
+  OPFUSE_AVX512 static D dzero() { return {_mm512_setzero_pd(), _mm512_setzero_pd()}; }
+  OPFUSE_AVX512 static D widen(F v) {
+    return {_mm512_cvtps_pd(_mm512_castps512_ps256(v)),
+            _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))};
+  }
+  OPFUSE_AVX512 static void accumulate(D& s1, D& s2, F a, F b) {
+    const D wa = widen(a), wb = widen(b);
+    s1 = {s1.lo + wa.lo, s1.hi + wa.hi};
+    s2 = {_mm512_fmadd_pd(wa.lo, wb.lo, s2.lo), _mm512_fmadd_pd(wa.hi, wb.hi, s2.hi)};
+  }
+  OPFUSE_AVX512 static void accumulate(double* s1, double* s2, F a, F b) {
+    D m1{_mm512_loadu_pd(s1), _mm512_loadu_pd(s1 + 8)}, m2{_mm512_loadu_pd(s2), _mm512_loadu_pd(s2 + 8)};
+    accumulate(m1, m2, a, b);
+    _mm512_storeu_pd(s1, m1.lo), _mm512_storeu_pd(s1 + 8, m1.hi);
+    _mm512_storeu_pd(s2, m2.lo), _mm512_storeu_pd(s2 + 8, m2.hi);
+  }
+  OPFUSE_AVX512 static double hsum(D d) {
+    alignas(64) double v[8];
+    _mm512_store_pd(v, d.lo + d.hi);
+    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+  }
+};
+
+}  // namespace opfuse::cpu
