@@ -213,6 +213,9 @@ struct Finder {
 
   bool acceptable(const Rule& rule, const RulePattern& rp, const std::vector<int32_t>& ops) {
     if (std::any_of(ops.begin(), ops.end(), [&](int32_t e) { return claimed[e]; })) return false;
+    // Inside an op a fusion already took (SwishImplementation, claimed with its BatchNorm).
+    for (int32_t x = m.op_parent[ops[0]]; x >= 0; x = m.op_parent[x])
+      if (claimed[x]) return false;
     if (rule.min_children > 0 && (ops.size() != 1 || m.child_count(ops[0]) < static_cast<size_t>(rule.min_children)))
       return false;
     return shapes_ok(ops, rp.shapes);

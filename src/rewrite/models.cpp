@@ -13,9 +13,19 @@ namespace opfuse::rewrite {
 EfficientNetModel::EfficientNetModel(std::string name, int image_size, int num_classes)
     : name_(std::move(name)), image_size_(image_size), num_classes_(num_classes) {
   net = models::make_efficientnet(name_, num_classes, image_size);
+  apply_kinds();
+}
+
+void EfficientNetModel::apply_kinds() {
   net->set_swish(swish);
   net->set_se_gate(se_gate);
+  net->set_batch_norm_silu(bn_silu);
+  net->set_drop_connect(drop_connect);
 }
+
+namespace {
+const char* kind_name(bool fused) { return fused ? "fused" : "composite"; }
+}  // namespace
 
 std::vector<std::pair<std::string, at::Tensor>> EfficientNetModel::named_parameters() {
   std::vector<std::pair<std::string, at::Tensor>> out;
@@ -29,8 +39,9 @@ std::unique_ptr<Model> EfficientNetModel::clone() const {
   auto copy = std::make_unique<EfficientNetModel>(name_, image_size_, num_classes_);
   copy->swish = swish;
   copy->se_gate = se_gate;
-  copy->net->set_swish(swish);
-  copy->net->set_se_gate(se_gate);
+  copy->bn_silu = bn_silu;
+  copy->drop_connect = drop_connect;
+  copy->apply_kinds();
   copy->net->train(net->is_training());
   torch::NoGradGuard no_grad;
   auto params = net->named_parameters();
@@ -50,7 +61,9 @@ std::vector<std::string> EfficientNetModel::save(const std::string& base) const 
                         {"image_size", image_size_},
                         {"num_classes", num_classes_},
                         {"swish", models::to_string(swish)},
-                        {"se_gate", se_gate == models::SeGateKind::fused ? "fused" : "composite"},
+                        {"se_gate", kind_name(se_gate == models::SeGateKind::fused)},
+                        {"bn_swish", kind_name(bn_silu == models::BatchNormSiluKind::fused)},
+                        {"drop_connect", kind_name(drop_connect == models::DropConnectKind::fused)},
                         {"weights", weights}}
              .dump(2)
       << "\n";
@@ -59,8 +72,9 @@ std::vector<std::string> EfficientNetModel::save(const std::string& base) const 
 }
 
 std::string EfficientNetModel::describe() const {
-  return fmt::format("swish={} se_gate={}", models::to_string(swish),
-                     se_gate == models::SeGateKind::fused ? "fused" : "composite");
+  return fmt::format("swish={} se_gate={} bn_swish={} drop_connect={}", models::to_string(swish),
+                     kind_name(se_gate == models::SeGateKind::fused), kind_name(bn_silu == models::BatchNormSiluKind::fused),
+                     kind_name(drop_connect == models::DropConnectKind::fused));
 }
 
 std::unique_ptr<Model> efficientnet(const std::string& name, int image_size, int num_classes, uint64_t seed) {

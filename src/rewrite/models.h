@@ -23,6 +23,9 @@ class EfficientNetModel : public Model {
   models::EfficientNet net{nullptr};
   models::SwishKind swish = models::SwishKind::memory_efficient;
   models::SeGateKind se_gate = models::SeGateKind::composite;
+  models::BatchNormSiluKind bn_silu = models::BatchNormSiluKind::composite;
+  models::DropConnectKind drop_connect = models::DropConnectKind::composite;
+  void apply_kinds();  // sets the model's switches from the fields above
 
  private:
   std::string name_;

@@ -38,10 +38,35 @@ int fuse_se_gate(EfficientNetModel& m) {
   return places;
 }
 
+// BatchNorm followed by Swish: every block's _bn1 (and _bn0 when it expands), the stem and the head.
+int fuse_batch_norm_silu(EfficientNetModel& m) {
+  if (m.bn_silu == models::BatchNormSiluKind::fused) return 0;
+  int places = 2;
+  for (const auto& block : *m.net->_blocks) places += block->as<models::MBConvBlock>()->_expand_conv ? 2 : 1;
+  m.bn_silu = models::BatchNormSiluKind::fused;
+  m.net->set_batch_norm_silu(m.bn_silu);
+  return places;
+}
+
+// The blocks with a residual: stride 1 and as many filters out as in.
+int fuse_drop_connect(EfficientNetModel& m) {
+  if (m.drop_connect == models::DropConnectKind::fused) return 0;
+  int places = 0;
+  for (const auto& block : *m.net->_blocks) {
+    const models::BlockArgs& a = block->as<models::MBConvBlock>()->args;
+    places += a.id_skip && a.stride == 1 && a.input_filters == a.output_filters;
+  }
+  m.drop_connect = models::DropConnectKind::fused;
+  m.net->set_drop_connect(m.drop_connect);
+  return places;
+}
+
 const std::vector<ModuleSwap>& module_swaps() {
   static const std::vector<ModuleSwap> swaps = {
       {"silu", "Swish modules → opfuse::silu", fuse_swish},
       {"se_gate", "squeeze-and-excitation tail sigmoid(s)·x → opfuse::se_gate", fuse_se_gate},
+      {"batch_norm_silu", "BatchNorm + Swish → opfuse::batch_norm_silu", fuse_batch_norm_silu},
+      {"drop_connect_add", "drop connect + residual add → opfuse::drop_connect_add", fuse_drop_connect},
   };
   return swaps;
 }
