@@ -64,6 +64,27 @@ at::ScalarType accumulation_dtype(const at::Tensor& x) {
   return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
+// The [C]-sized arithmetic runs in plain loops: as ATen ops it would be some twenty tiny ops per
+// call, more than the fused op saves in a trace's op count.
+std::vector<double> read_channels(const at::Tensor& t, int64_t channels, double fill) {
+  std::vector<double> v(channels, fill);
+  if (!t.defined()) return v;
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, t.scalar_type(), "opfuse::batch_norm_silu", [&] {
+    const scalar_t* p = t.data_ptr<scalar_t>();
+    for (int64_t c = 0; c < channels; ++c) v[c] = static_cast<double>(p[c * t.stride(0)]);
+  });
+  return v;
+}
+
+at::Tensor channel_tensor(const std::vector<double>& v, at::ScalarType dtype) {
+  at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::TensorOptions().dtype(dtype));
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, dtype, "opfuse::batch_norm_silu", [&] {
+    scalar_t* p = t.data_ptr<scalar_t>();
+    for (size_t c = 0; c < v.size(); ++c) p[c] = static_cast<scalar_t>(v[c]);
+  });
+  return t;
+}
+
 at::Tensor channel_vector(const at::Tensor& x) {
   return at::empty({x.size(1)}, x.options().dtype(at::kDouble).memory_format(at::MemoryFormat::Contiguous));
 }
@@ -109,24 +130,29 @@ std::tuple<at::Tensor, at::Tensor> statistics(const at::Tensor& x, const at::Ten
         update_running_stats<scalar_t>(mean, var_sum, count, running_mean, running_var, momentum);
       });
   } else {
-    mean.copy_(running_mean);
-    at::Tensor var = running_var.to(at::kDouble);
-    for (int64_t c = 0; c < x.size(1); ++c)
-      invstd.data_ptr<double>()[c] = 1 / std::sqrt(var.data_ptr<double>()[c * var.stride(0)] + eps);
+    const std::vector<double> rm = read_channels(running_mean, x.size(1), 0), rv = read_channels(running_var, x.size(1), 1);
+    for (int64_t c = 0; c < x.size(1); ++c) {
+      mean.data_ptr<double>()[c] = rm[c];
+      invstd.data_ptr<double>()[c] = 1 / std::sqrt(rv[c] + eps);
+    }
   }
   const auto dtype = accumulation_dtype(x);
-  return {mean.to(dtype), invstd.to(dtype)};
+  return {channel_tensor(read_channels(mean, x.size(1), 0), dtype), channel_tensor(read_channels(invstd, x.size(1), 0), dtype)};
 }
 
 // z = w·(x − mean)·invstd + b = x·scale + shift, in double from the saved values so forward and
 // backward recompute the same z.
 std::tuple<at::Tensor, at::Tensor> affine(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& mean,
                                           const at::Tensor& invstd) {
-  const at::Tensor w = weight.defined() ? weight.to(at::kDouble) : at::ones_like(invstd, at::kDouble);
-  const at::Tensor b = bias.defined() ? bias.to(at::kDouble) : at::zeros_like(invstd, at::kDouble);
-  const at::Tensor scale = w * invstd.to(at::kDouble);
-  const at::Tensor shift = b - mean.to(at::kDouble) * scale;
-  return {scale.to(invstd.scalar_type()), shift.to(invstd.scalar_type())};
+  const int64_t channels = invstd.numel();
+  const std::vector<double> w = read_channels(weight, channels, 1), b = read_channels(bias, channels, 0);
+  const std::vector<double> mu = read_channels(mean, channels, 0), inv = read_channels(invstd, channels, 0);
+  std::vector<double> scale(channels), shift(channels);
+  for (int64_t c = 0; c < channels; ++c) {
+    scale[c] = w[c] * inv[c];
+    shift[c] = b[c] - mu[c] * scale[c];
+  }
+  return {channel_tensor(scale, invstd.scalar_type()), channel_tensor(shift, invstd.scalar_type())};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_silu_forward_cpu(
@@ -176,20 +202,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_silu_backward_cpu(
   // Training keeps dz for the second pass in dx's memory (in float beside a bfloat16 dx);
   // with running stats dx = scale·dz is final after the first pass.
   at::Tensor dz = !training ? dx : x.scalar_type() == at::kBFloat16 ? at::empty_like(x, x.options().dtype(at::kFloat), format) : dx;
-  const at::Tensor store_scale = training ? at::ones_like(scale) : scale;
+  const at::Tensor store_scale = training ? channel_tensor(std::vector<double>(x.size(1), 1.0), scale.scalar_type()) : scale;
   at::Tensor sum_dz = channel_vector(x), sum_dz_xc = channel_vector(x);
   if (x.numel() > 0) cpu::batch_norm_silu_grad_sums_kernel(dy, x, scale, shift, mean, store_scale, dz, sum_dz, sum_dz_xc);
   else sum_dz.zero_(), sum_dz_xc.zero_();
-  const at::Tensor inv = invstd.to(at::kDouble);
+  const int64_t channels = x.size(1);
+  const std::vector<double> inv = read_channels(invstd, channels, 0), alpha = read_channels(scale, channels, 0);
+  const std::vector<double> s_dz = read_channels(sum_dz, channels, 0), s_dz_xc = read_channels(sum_dz_xc, channels, 0);
   if (training && x.numel() > 0) {
-    const double count = static_cast<double>(x.numel() / x.size(1));
-    const at::Tensor alpha = scale.to(at::kDouble);
-    const at::Tensor beta = -alpha * inv * inv * sum_dz_xc / count;
-    const at::Tensor delta = -alpha * sum_dz / count;
-    cpu::batch_norm_silu_grad_input_kernel(dz, x, scale, beta.to(dtype), delta.to(dtype), mean, dx);
+    const double count = static_cast<double>(x.numel() / channels);
+    std::vector<double> beta(channels), delta(channels);
+    for (int64_t c = 0; c < channels; ++c) {
+      beta[c] = -alpha[c] * inv[c] * inv[c] * s_dz_xc[c] / count;
+      delta[c] = -alpha[c] * s_dz[c] / count;
+    }
+    cpu::batch_norm_silu_grad_input_kernel(dz, x, scale, channel_tensor(beta, dtype), channel_tensor(delta, dtype), mean, dx);
   }
-  at::Tensor dweight = weight.defined() ? (sum_dz_xc * inv).to(weight.scalar_type()) : at::Tensor();
-  at::Tensor dbias = bias.defined() ? sum_dz.to(bias.scalar_type()) : at::Tensor();
+  std::vector<double> dw(channels);
+  for (int64_t c = 0; c < channels; ++c) dw[c] = s_dz_xc[c] * inv[c];
+  at::Tensor dweight = weight.defined() ? channel_tensor(dw, weight.scalar_type()) : at::Tensor();
+  at::Tensor dbias = bias.defined() ? channel_tensor(s_dz, bias.scalar_type()) : at::Tensor();
   return {dx, dweight, dbias};
 }
 

@@ -35,8 +35,12 @@ assert top["rule"] == "silu", [f["rule"] for f in elementwise]
 # The trainer's SGD steps parameter by parameter, under PyTorch's scope name.
 assert any(f["rule"] == "fused_sgd" for f in a["findings"]), [f["rule"] for f in a["findings"]]
 assert top["replacement"] == "opfuse::silu" and top["backend"] == "cpu"
-# B0 has 49 Swish modules: forward and backward chain each, for each of 2 steps.
-assert top["occurrences"] == 2 * 2 * 49, top["occurrences"]
+# B0 has 49 Swish modules: a backward chain each, and a forward chain for the 16 in the SE
+# branches (the 33 after a BatchNorm are claimed whole by batch_norm_silu), for each of 2 steps.
+assert top["occurrences"] == 2 * (49 + 16), top["occurrences"]
+bn = [f for f in a["findings"] if f["rule"] == "batch_norm_silu"][0]
+assert bn["occurrences"] == 2 * 33 and bn["replacement"] == "opfuse::batch_norm_silu", bn
+assert any(f["rule"] == "drop_connect_add" for f in a["findings"]), [f["rule"] for f in a["findings"]]
 assert 0 < top["est_saving_us"] < top["time_us"]
 places = [l["location"] for l in top["locations"]]
 assert all("_swish" in p for p in places), places
