@@ -15,6 +15,7 @@ namespace opfuse::trace {
 namespace {
 
 const std::string kData = OPFUSE_TEST_DATA "/traces/";
+const std::string kFuzz = OPFUSE_TEST_DATA "/fuzz/";
 
 size_t count_phase(const Trace& t, char phase) {
   size_t n = 0;
@@ -149,6 +150,58 @@ TEST(Reader, UnusableEventsAreSkippedWithAWarning) {
   EXPECT_NE(t.warnings[0].find("bad.json: event skipped: negative dur"), std::string::npos) << t.warnings[0];
   const size_t at = json.find(R"({"ph":"X","name":"neg")");
   EXPECT_NE(t.warnings[0].find(fmt::format("at byte {}", at)), std::string::npos) << t.warnings[0];
+}
+
+TEST(Reader, FlowEventsWithoutTsAreSkipped) {
+  const Trace t = parse_trace(slurp(kFuzz + "flow_no_ts.json"), "flow.json");
+  ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.events[1].phase, 'f');
+  EXPECT_DOUBLE_EQ(t.events[1].ts, 2);
+  EXPECT_EQ(t.skipped, 1);
+  ASSERT_EQ(t.warnings.size(), 1u);
+  EXPECT_NE(t.warnings[0].find("event skipped: no ts"), std::string::npos) << t.warnings[0];
+}
+
+// 1.5e3 is 1500, quoted or not; a fraction that is not all digits is a bad timestamp.
+TEST(Reader, TimestampsWithExponents) {
+  const Trace t = parse_trace(slurp(kFuzz + "exponent_ts.json"), "exp.json");
+  ASSERT_EQ(t.events.size(), 3u);
+  EXPECT_DOUBLE_EQ(t.events[1].ts, 1500);
+  EXPECT_DOUBLE_EQ(t.events[2].ts, 1500);
+  EXPECT_EQ(t.skipped, 1);
+  ASSERT_EQ(t.warnings.size(), 1u);
+  EXPECT_NE(t.warnings[0].find("bad timestamp '2.5x'"), std::string::npos) << t.warnings[0];
+  EXPECT_EQ(parse_trace(R"([{"ph":"X","name":"a","ts":"7.5E2","dur":1}])", "e.json").origin_us, 750);
+}
+
+// Timestamps too far from the origin for int64 arithmetic are bad events (UBSan caught the
+// overflow), not wrapped around.
+TEST(Reader, TimestampsTooFarApartAreSkipped) {
+  const Trace t = parse_trace(slurp(kFuzz + "ts_overflow.json"), "far.json");
+  ASSERT_EQ(t.events.size(), 1u);
+  EXPECT_EQ(t.name(t.events[0]), "a");
+  EXPECT_EQ(t.skipped, 1);
+  ASSERT_EQ(t.warnings.size(), 1u);
+  EXPECT_NE(t.warnings[0].find("too far from the origin"), std::string::npos) << t.warnings[0];
+}
+
+// Chrome traces allow negative pids and tids; they are kept as their decimal text, as string ids
+// are, so "-3" and -3 name one process.
+TEST(Reader, NegativeIdsAreInternedAsText) {
+  const Trace f = parse_trace(slurp(kFuzz + "negative_pid.json"), "neg.json");
+  ASSERT_EQ(f.events.size(), 1u);
+  ASSERT_LT(f.events[0].pid, 0);
+  EXPECT_EQ(f.strings[-1 - f.events[0].pid], "-155555");
+  const Trace t = parse_trace(R"([{"ph":"M","name":"process_name","pid":-3,"args":{"name":"gpu"}},
+                                  {"ph":"X","name":"a","pid":-3,"tid":-7,"ts":1,"dur":1},
+                                  {"ph":"X","name":"b","pid":"-3","tid":7,"ts":2,"dur":1}])",
+                              "neg.json");
+  ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.skipped, 0);
+  EXPECT_EQ(t.events[0].pid, t.events[1].pid);
+  EXPECT_EQ(t.strings[-1 - t.events[0].tid], "-7");
+  EXPECT_EQ(t.events[1].tid, 7);
+  EXPECT_EQ(t.process_names.at(t.events[0].pid), "gpu");
 }
 
 TEST(Reader, BeginEndPairsBecomeSlices) {
