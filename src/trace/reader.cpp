@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "trace/chunked.h"
 #include "trace/document.h"
 
 namespace opfuse::trace {
@@ -115,9 +116,9 @@ size_t next_boundary(std::string_view json, size_t from) {
 }
 
 // Where each chunk starts; the last entry is the array's ']'.
-std::vector<size_t> chunk_starts(std::string_view json, size_t begin, size_t end) {
+std::vector<size_t> chunk_starts(std::string_view json, size_t begin, size_t end, size_t chunk_bytes) {
   std::vector<size_t> starts{begin};
-  for (size_t guess = begin + kChunkBytes; guess < end; guess = starts.back() + kChunkBytes) {
+  for (size_t guess = begin + chunk_bytes; guess < end; guess = starts.back() + chunk_bytes) {
     const size_t at = next_boundary(json, guess);
     if (at == std::string_view::npos || at >= end) break;
     starts.push_back(at);
@@ -197,13 +198,14 @@ void merge(Trace& into, std::vector<Trace>& parts) {
 
 // On success the file's bytes are released before the merge, so they and the merged events are
 // never held at once.
-bool parse_in_chunks(std::string& bytes, const std::string& name, Trace& trace, bool& opfuse_metadata) {
+bool parse_in_chunks(std::string& bytes, const std::string& name, size_t chunk_bytes, Trace& trace,
+                     bool& opfuse_metadata) {
   const std::string_view json = bytes;
   const size_t begin = events_begin(json, name, opfuse_metadata);
   if (begin == std::string_view::npos) return false;
   const size_t end = events_end(json, begin, name);
   if (end == std::string_view::npos) return false;
-  const std::vector<size_t> starts = chunk_starts(json, begin, end);
+  const std::vector<size_t> starts = chunk_starts(json, begin, end, chunk_bytes);
   if (starts.size() < 3) return false;
   std::vector<Trace> parts(starts.size() - 1);
   const bool ok = run_parallel(parts.size(), [&](size_t i) {
@@ -324,10 +326,11 @@ void close_begin_end(Trace& t, const std::string& name) {
   t.events.resize(kept);
 }
 
-Trace parse_padded(std::string& bytes, const std::string& name) {
+// chunk_bytes 0: in one piece.
+Trace parse_padded(std::string& bytes, const std::string& name, size_t chunk_bytes) {
   Trace trace;
   bool opfuse_metadata = false;
-  if (bytes.size() < kParallelBytes || !parse_in_chunks(bytes, name, trace, opfuse_metadata)) {
+  if (chunk_bytes == 0 || !parse_in_chunks(bytes, name, chunk_bytes, trace, opfuse_metadata)) {
     Document doc{bytes, name};
     trace = parse_document(doc);
     opfuse_metadata = doc.opfuse_metadata;
@@ -337,6 +340,8 @@ Trace parse_padded(std::string& bytes, const std::string& name) {
   trace.dialect = detect(trace, opfuse_metadata);
   return trace;
 }
+
+size_t chunk_bytes_for(size_t file_bytes) { return file_bytes < kParallelBytes ? 0 : kChunkBytes; }
 
 }  // namespace
 
@@ -383,12 +388,17 @@ void Strings::grow() {
 
 Trace parse_trace(std::string_view json, const std::string& name) {
   std::string bytes = padded(json);
-  return parse_padded(bytes, name);
+  return parse_padded(bytes, name, chunk_bytes_for(bytes.size()));
 }
 
 Trace read_trace(const std::string& path) {
   std::string bytes = read_file(path);
-  return parse_padded(bytes, path);
+  return parse_padded(bytes, path, chunk_bytes_for(bytes.size()));
+}
+
+Trace detail::parse_trace_chunked(std::string_view json, const std::string& name, size_t chunk_bytes) {
+  std::string bytes = padded(json);
+  return parse_padded(bytes, name, std::max<size_t>(chunk_bytes, 1));
 }
 
 }  // namespace opfuse::trace
