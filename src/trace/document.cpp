@@ -1,6 +1,7 @@
 // Each event's fields are visited once, unknown ones skipped unparsed, names interned.
 // Timestamps are read from their text (Ascend writes them as decimal strings, Kineto as large
-// numbers) and kept relative to the first one, so microsecond fractions survive in a double.
+// numbers) and kept relative to the first one (or to a given origin), so microsecond fractions
+// survive in a double.
 // Compiled twice (see CMakeLists.txt): OPFUSE_KERNEL names the instruction set.
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -263,7 +264,8 @@ int64_t invalid_utf8_offset(std::string_view s) {
 Trace parse(Document& in) {
   Trace trace;
   trace.events.reserve(in.json.size() / 160);  // about the smallest event a profiler writes
-  Reader reader{trace, false, {}};
+  Reader reader{trace, in.has_origin, {}};
+  trace.origin_us = in.origin_us;
   thread_local simdjson::ondemand::parser parser;  // its buffers are reused chunk after chunk
   simdjson::ondemand::document doc;
   const char* event_start = in.json.data();
@@ -272,6 +274,7 @@ Trace parse(Document& in) {
     doc = parser.iterate(simdjson::padded_string_view(in.json.data(), in.json.size(), in.json.size() + simdjson::SIMDJSON_PADDING));
     auto read_events = [&](simdjson::ondemand::array events) {
       for (auto item : events) {
+        ++in.entries;
         if (auto at = doc.current_location(); !at.error()) event_start = at.value();
         try {
           reader.event(item.get_object());
@@ -301,6 +304,8 @@ Trace parse(Document& in) {
       event_start = at.value();
       throw std::invalid_argument("more JSON after the end of the document");
     }
+    in.has_origin = reader.have_origin;
+    in.origin_us = trace.origin_us;
   } catch (const simdjson::simdjson_error& e) {
     if (e.error() == simdjson::UTF8_ERROR) event_start = in.json.data() + invalid_utf8_offset(in.json);
     throw std::invalid_argument(fmt::format("{}: malformed trace at byte {} ({})", in.name, offset(), e.what()));

@@ -1,6 +1,7 @@
 // Trace files → Trace. A large file's event array is cut into chunks at event boundaries and
 // the chunks are parsed on all cores, each into its own string table, then merged in file
-// order. A cut is only ever a guess (a "},{" could sit inside a string); a wrong one makes its
+// order. The first chunk is parsed before the others: its first timestamp is the origin they all
+// measure from, so every ts is the same double as in a one-piece parse. A cut is only ever a guess (a "},{" could sit inside a string); a wrong one makes its
 // chunk fail to parse, and any failure re-reads the whole file on one thread, which also gives
 // the error its exact byte offset.
 #include <fmt/format.h>
@@ -54,7 +55,7 @@ size_t skip_space(std::string_view s, size_t i) {
 
 // The offset just inside the event array's '[', or npos when the layout is not the usual one
 // (then the whole file is parsed in one piece). For an object, the text before "traceEvents"
-// must itself parse as the start of that object.
+// must itself parse as the start of that object, one without events.
 size_t events_begin(std::string_view json, const std::string& name, bool& opfuse_metadata) {
   size_t i = skip_space(json, 0);
   if (i < json.size() && json[i] == '[') return i + 1;
@@ -72,21 +73,20 @@ size_t events_begin(std::string_view json, const std::string& name, bool& opfuse
   } catch (const std::invalid_argument&) {
     return std::string_view::npos;
   }
+  if (doc.entries > 0) return std::string_view::npos;  // an escaped "trace\u0045vents" before it
   opfuse_metadata = doc.opfuse_metadata;
   return i + 1;
 }
 
-// The offset of the ']' that closes the event array, or npos. In an object, other keys may follow
-// ("traceName", "deviceProperties" …): the earliest ']' near the end whose remainder reads as the
-// rest of an object is the one.
-size_t events_end(std::string_view json, size_t from, const std::string& name) {
+// The offset of the ']' that closes the event array, or npos. An array must end the file. In an
+// object, other keys may follow ("traceName", "deviceProperties", "opfuse" …): the earliest ']'
+// near the end whose remainder reads as the rest of an object is the one, and that rest must
+// hold no more events (a second "traceEvents" array is read in one piece).
+size_t events_end(std::string_view json, size_t from, const std::string& name, bool& opfuse_metadata) {
   size_t last = json.size();
   while (last > from && is_space(json[last - 1])) --last;
   if (last == from) return std::string_view::npos;
-  if (json[last - 1] == ']') {
-    const size_t first = skip_space(json, 0);
-    if (json[first] == '[') return last - 1;
-  }
+  if (json[skip_space(json, 0)] == '[') return json[last - 1] == ']' ? last - 1 : std::string_view::npos;
   const size_t window = std::max(from, json.size() - std::min(json.size(), size_t{1} << 20));
   std::vector<size_t> candidates;
   for (size_t i = last; i-- > window && candidates.size() < 64;)
@@ -96,9 +96,12 @@ size_t events_end(std::string_view json, size_t from, const std::string& name) {
     Document doc{rest, name};
     try {
       parse_document(doc);
-      return *it;
     } catch (const std::invalid_argument&) {
+      continue;
     }
+    if (doc.entries > 0) return std::string_view::npos;
+    opfuse_metadata |= doc.opfuse_metadata;
+    return *it;
   }
   return std::string_view::npos;
 }
@@ -128,9 +131,12 @@ std::vector<size_t> chunk_starts(std::string_view json, size_t begin, size_t end
 }
 
 // Chunk i as its own document, "[" + its events + "]", written into `out` (reused across chunks).
+// The comma before the next chunk is dropped; one after the last event is kept, to be rejected
+// as it is in one piece.
 void chunk_document(std::string_view json, const std::vector<size_t>& starts, size_t i, std::string& out) {
+  const bool last = i + 2 == starts.size();
   size_t end = starts[i + 1];
-  while (end > starts[i] && (is_space(json[end - 1]) || json[end - 1] == ',')) --end;
+  while (end > starts[i] && (is_space(json[end - 1]) || (!last && json[end - 1] == ','))) --end;
   out.clear();
   out.reserve(end - starts[i] + 2 + simdjson::SIMDJSON_PADDING);
   out += '[';
@@ -159,29 +165,27 @@ bool run_parallel(size_t n, const std::function<void(size_t)>& task) {
   return !failed;
 }
 
-// Chunk strings are re-interned into the merged table, string ids in pids and tids too; the
-// events are then copied into place on all cores, each chunk freed once copied.
+// Chunk strings are re-interned into the merged table, string ids in pids, tids and flow ids
+// too; the events are then copied into place on all cores, each chunk freed once copied. All
+// chunks share the file's origin, so timestamps need no shift.
 void merge(Trace& into, std::vector<Trace>& parts) {
   std::vector<std::vector<uint32_t>> maps(parts.size());
   std::vector<size_t> offset(parts.size() + 1, 0);
-  bool have_origin = false;
+  into.origin_us = parts[0].origin_us;
   for (size_t p = 0; p < parts.size(); ++p) {
     Trace& part = parts[p];
     for (size_t i = 0; i < part.strings.size(); ++i) maps[p].push_back(into.intern(part.strings[i]));
-    if (!have_origin && !part.events.empty()) into.origin_us = part.origin_us, have_origin = true;
     offset[p + 1] = offset[p] + part.events.size();
   }
   into.events.resize(offset.back());
   run_parallel(parts.size(), [&](size_t p) {
     const std::vector<uint32_t>& map = maps[p];
     auto id = [&](int64_t v) { return v < 0 ? -1 - static_cast<int64_t>(map[-1 - v]) : v; };
-    const double shift = static_cast<double>(parts[p].origin_us - into.origin_us);
     Event* out = into.events.data() + offset[p];
     for (Event e : parts[p].events) {
       e.name = map[e.name], e.category = map[e.category], e.module = map[e.module];
       e.dims = map[e.dims], e.types = map[e.types], e.stack = map[e.stack];
-      e.pid = id(e.pid), e.tid = id(e.tid);
-      e.ts += shift;
+      e.pid = id(e.pid), e.tid = id(e.tid), e.flow_id = id(e.flow_id);
       *out++ = e;
     }
     std::vector<Event>().swap(parts[p].events);
@@ -203,18 +207,23 @@ bool parse_in_chunks(std::string& bytes, const std::string& name, size_t chunk_b
   const std::string_view json = bytes;
   const size_t begin = events_begin(json, name, opfuse_metadata);
   if (begin == std::string_view::npos) return false;
-  const size_t end = events_end(json, begin, name);
+  const size_t end = events_end(json, begin, name, opfuse_metadata);
   if (end == std::string_view::npos) return false;
   const std::vector<size_t> starts = chunk_starts(json, begin, end, chunk_bytes);
   if (starts.size() < 3) return false;
   std::vector<Trace> parts(starts.size() - 1);
-  const bool ok = run_parallel(parts.size(), [&](size_t i) {
+  bool has_origin = false;
+  int64_t origin_us = 0;
+  auto parse_chunk = [&](size_t i) {
     thread_local std::string text;
     chunk_document(json, starts, i, text);
-    Document doc{text, name, static_cast<int64_t>(starts[i]) - 1};
+    Document doc{text, name, static_cast<int64_t>(starts[i]) - 1, has_origin, origin_us};
     parts[i] = parse_document(doc);
-  });
-  if (!ok) return false;
+    if (i == 0) has_origin = doc.has_origin, origin_us = doc.origin_us;
+  };
+  // Without a timestamp in the first chunk the origin is further on: rare, so read in one piece.
+  if (!run_parallel(1, parse_chunk) || !has_origin) return false;
+  if (!run_parallel(parts.size() - 1, [&](size_t i) { parse_chunk(i + 1); })) return false;
   trace.chunks = static_cast<int>(parts.size());
   std::string().swap(bytes);
   merge(trace, parts);

@@ -2,6 +2,7 @@
 // on hand-written edge cases, and on thousands of corrupted inputs.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -10,6 +11,8 @@
 #include <fmt/format.h>
 
 #include "opfuse/trace.h"
+#include "trace/chunked.h"
+#include "trace_diff.h"
 
 namespace opfuse::trace {
 namespace {
@@ -250,6 +253,110 @@ void expect_chunked_parse(const std::string& note, bool chunked) {
 TEST(Reader, ChunkedParseMatchesTheWholeFile) {
   expect_chunked_parse("plain", true);
   expect_chunked_parse("},{", false);
+}
+
+// The chunked path on a small input (chunks of a few bytes: one event each) reads exactly what
+// the one-piece parse reads, or is rejected as it is. Returns the chunked parse.
+Trace expect_chunked_like_whole(const std::string& json, bool chunked, size_t chunk_bytes = 1) {
+  SCOPED_TRACE(json);
+  const Trace whole = parse_trace(json, "small.json");
+  Trace pieces = detail::parse_trace_chunked(json, "small.json", chunk_bytes);
+  EXPECT_EQ(whole.chunks, 1);
+  if (chunked) EXPECT_GT(pieces.chunks, 1);
+  else EXPECT_EQ(pieces.chunks, 1);
+  EXPECT_EQ(trace_difference(whole, pieces), "");
+  return pieces;
+}
+
+void expect_both_reject(const std::string& json) {
+  SCOPED_TRACE(json);
+  std::string whole, pieces;
+  try {
+    parse_trace(json, "small.json");
+  } catch (const std::invalid_argument& e) {
+    whole = e.what();
+  }
+  try {
+    detail::parse_trace_chunked(json, "small.json", 1);
+  } catch (const std::invalid_argument& e) {
+    pieces = e.what();
+  }
+  EXPECT_NE(whole, "");
+  EXPECT_EQ(pieces, whole);
+}
+
+TEST(Reader, ChunkedPathRejectsWhatTheWholeParseRejects) {
+  expect_both_reject(slurp(kFuzz + "trailing_garbage.json"));  // [...]}
+  expect_both_reject(slurp(kFuzz + "trailing_comma.json"));    // [{…},{…},]
+  expect_both_reject(R"({"traceEvents":[{"ph":"X","name":"a","ts":1},{"ph":"X","name":"b","ts":2},]})");
+  expect_chunked_like_whole(R"([{"ph":"X","name":"a","ts":1},{"ph":"X","name":"b","ts":2}] )", true);
+}
+
+// A chunk that begins with an outlier timestamp (0 among 1.7e15s) measures from the file's
+// origin like every other chunk, so the next event keeps its fraction.
+TEST(Reader, ChunkedPathKeepsTimestampsAfterAnOutlier) {
+  const Trace t = expect_chunked_like_whole(slurp(kFuzz + "outlier_ts.json"), true);
+  ASSERT_EQ(t.events.size(), 3u);
+  EXPECT_EQ(t.origin_us, 1704161511420000);
+  EXPECT_DOUBLE_EQ(t.events[1].ts, -1704161511420000.0);
+  EXPECT_DOUBLE_EQ(t.events[2].ts, 306.491);
+  // The origin is the first timestamp read, even one of a metadata or skipped event.
+  const Trace m = expect_chunked_like_whole(R"([{"ph":"M","name":"process_name","pid":1,"ts":5,"args":{"name":"p"}},
+      {"ph":"X","name":"a","ts":9,"dur":-1},{"ph":"X","name":"b","ts":100,"dur":1}])", true);
+  EXPECT_EQ(m.origin_us, 5);
+  ASSERT_EQ(m.events.size(), 1u);
+  EXPECT_DOUBLE_EQ(m.events[0].ts, 95);
+  expect_chunked_like_whole(slurp(kFuzz + "ts_overflow.json"), true);
+  expect_chunked_like_whole(slurp(kFuzz + "exponent_ts.json"), true);
+}
+
+TEST(Reader, ChunkedPathMergesStringIds) {
+  const Trace t = expect_chunked_like_whole(slurp(kFuzz + "string_flow_ids.json"), true);
+  ASSERT_EQ(t.events.size(), 3u);
+  ASSERT_LT(t.events[2].flow_id, 0);
+  EXPECT_EQ(t.strings[-1 - t.events[2].flow_id], "x");
+  EXPECT_EQ(t.events[1].flow_id, t.events[2].flow_id);
+  expect_chunked_like_whole(R"([{"ph":"X","name":"a","pid":"p","tid":-2,"ts":1},{"ph":"X","name":"b","pid":-2,"tid":"p","ts":2}])",
+                            true);
+}
+
+// What follows the event array: more events are read in one piece; "opfuse" metadata is seen.
+TEST(Reader, ChunkedPathReadsWhatFollowsTheEvents) {
+  const Trace two = expect_chunked_like_whole(slurp(kFuzz + "two_arrays.json"), false);
+  EXPECT_EQ(two.events.size(), 3u);
+  const Trace meta = expect_chunked_like_whole(slurp(kFuzz + "opfuse_after_events.json"), true);
+  EXPECT_EQ(meta.dialect, Dialect::opfuse);
+  const Trace escaped = expect_chunked_like_whole(
+      R"({"trace\u0045vents":[{"ph":"X","name":"a","ts":1}],"traceEvents":[{"ph":"X","name":"b","ts":2},{"ph":"X","name":"c","ts":3}]})",
+      false);
+  EXPECT_EQ(escaped.events.size(), 3u);
+}
+
+// Every input kept from fuzzing reads alike whole and in chunks of several sizes.
+TEST(Reader, FuzzInputsReadAlikeWholeAndChunked) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kFuzz)) {
+    SCOPED_TRACE(entry.path().string());
+    const std::string json = slurp(entry.path().string());
+    for (size_t chunk_bytes : {1, 7, 64}) {
+      std::string whole_error, chunked_error;
+      Trace whole, pieces;
+      try {
+        whole = parse_trace(json, "fuzz.json");
+      } catch (const std::invalid_argument& e) {
+        whole_error = e.what();
+      }
+      try {
+        pieces = detail::parse_trace_chunked(json, "fuzz.json", chunk_bytes);
+      } catch (const std::invalid_argument& e) {
+        chunked_error = e.what();
+      }
+      EXPECT_EQ(whole_error, chunked_error);
+      EXPECT_EQ(trace_difference(whole, pieces), "") << chunk_bytes;
+    }
+    ++n;
+  }
+  EXPECT_GE(n, 10);
 }
 
 // Corrupted copies of a real trace: every one either parses or throws invalid_argument —
