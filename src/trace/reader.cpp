@@ -1,9 +1,10 @@
 // Trace files → Trace. A large file's event array is cut into chunks at event boundaries and
 // the chunks are parsed on all cores, each into its own string table, then merged in file
-// order. The first chunk is parsed before the others: its first timestamp is the origin they all
-// measure from, so every ts is the same double as in a one-piece parse. A cut is only ever a guess (a "},{" could sit inside a string); a wrong one makes its
-// chunk fail to parse, and any failure re-reads the whole file on one thread, which also gives
-// the error its exact byte offset.
+// order. The first chunk is parsed before the others: its first timestamp is the origin they
+// all measure from, so every ts is the same double as in a one-piece parse. A cut is only ever
+// a guess (a "},{" could sit inside a string); a wrong one makes its chunk fail to parse, and
+// any failure re-reads the whole file on one thread, which also gives the error its exact byte
+// offset.
 #include <fmt/format.h>
 #include <simdjson.h>
 #include <sys/stat.h>
