@@ -72,21 +72,25 @@ struct Reader {
     while (!text.empty() && (text.back() == ' ' || text.back() == ',' || text.back() == '\n' || text.back() == '\r' ||
                              text.back() == '\t' || text.back() == '}' || text.back() == ']'))
       text.remove_suffix(1);
-    if (text.find_first_of("eE") != std::string_view::npos) {  // 1.7e15: rare, and precise enough
-      const double d = parse_double(text);
+    const size_t dot = text.find_first_of(".eE");
+    std::string_view digits;  // of the fraction
+    if (dot != std::string_view::npos && text[dot] == '.') {
+      digits = text.substr(dot + 1);
+      digits = digits.substr(0, std::find_if_not(digits.begin(), digits.end(), is_digit) - digits.begin());
+    }
+    if (dot != std::string_view::npos && dot + 1 + digits.size() != text.size()) {  // not digits[.digits]
+      if (text.find_first_of("eE", dot) == std::string_view::npos) throw BadEvent(fmt::format("bad timestamp '{}'", text));
+      const double d = parse_double(text);  // 1.7e15: rare, and precise enough
       if (!have_origin) set_origin(to_int64(d));
       return d - static_cast<double>(trace.origin_us);
     }
-    const size_t dot = text.find('.');
     int64_t whole = 0;
     const char* whole_end = text.data() + (dot == std::string_view::npos ? text.size() : dot);
     const auto [end, ec] = std::from_chars(text.data(), whole_end, whole);
     if (ec != std::errc() || end != whole_end) throw BadEvent(fmt::format("bad timestamp '{}'", text));
     double fraction = 0;
-    if (dot != std::string_view::npos) {
-      const std::string_view digits = text.substr(dot + 1);
-      if (!std::all_of(digits.begin(), digits.end(), is_digit)) throw BadEvent(fmt::format("bad timestamp '{}'", text));
-      if (!digits.empty()) fraction = parse_double(digits);
+    if (!digits.empty()) {
+      fraction = parse_double(digits);
       for (size_t i = 0; i < digits.size(); ++i) fraction /= 10;
     }
     if (!have_origin) set_origin(whole);
