@@ -1,7 +1,7 @@
 // Trace files → Trace. A large file's event array is cut into chunks at event boundaries and
 // the chunks are parsed on all cores, each into its own string table, then merged in file
-// order. The first chunk is parsed before the others: its first timestamp is the origin they
-// all measure from, so every ts is the same double as in a one-piece parse. A cut is only ever
+// order. A short first chunk is parsed before the others: its first timestamp is the origin
+// they all measure from, so every ts is the same double as in a one-piece parse. A cut is only ever
 // a guess (a "},{" could sit inside a string); a wrong one makes its chunk fail to parse, and
 // any failure re-reads the whole file on one thread, which also gives the error its exact byte
 // offset.
@@ -29,6 +29,7 @@ namespace {
 using detail::Document;
 
 constexpr size_t kChunkBytes = size_t{1} << 20;  // small: each worker's parser buffers grow to ~5× this
+constexpr size_t kFirstChunkBytes = size_t{64} << 10;  // parsed alone, before the others
 constexpr size_t kParallelBytes = size_t{16} << 20;  // smaller files parse faster on one thread
 constexpr size_t kMaxPrefixBytes = size_t{64} << 20;
 
@@ -119,10 +120,11 @@ size_t next_boundary(std::string_view json, size_t from) {
   return std::string_view::npos;
 }
 
-// Where each chunk starts; the last entry is the array's ']'.
+// Where each chunk starts; the last entry is the array's ']'. The first chunk is short: the
+// others wait for its timestamps.
 std::vector<size_t> chunk_starts(std::string_view json, size_t begin, size_t end, size_t chunk_bytes) {
   std::vector<size_t> starts{begin};
-  for (size_t guess = begin + chunk_bytes; guess < end; guess = starts.back() + chunk_bytes) {
+  for (size_t guess = begin + std::min(chunk_bytes, kFirstChunkBytes); guess < end; guess = starts.back() + chunk_bytes) {
     const size_t at = next_boundary(json, guess);
     if (at == std::string_view::npos || at >= end) break;
     starts.push_back(at);
@@ -168,11 +170,10 @@ bool run_parallel(size_t n, const std::function<void(size_t)>& task) {
 
 // Chunk strings are re-interned into the merged table, string ids in pids, tids and flow ids
 // too; the events are then copied into place on all cores, each chunk freed once copied. All
-// chunks share the file's origin, so timestamps need no shift.
+// chunks measured from the file's origin, so timestamps need no shift.
 void merge(Trace& into, std::vector<Trace>& parts) {
   std::vector<std::vector<uint32_t>> maps(parts.size());
   std::vector<size_t> offset(parts.size() + 1, 0);
-  into.origin_us = parts[0].origin_us;
   for (size_t p = 0; p < parts.size(); ++p) {
     Trace& part = parts[p];
     for (size_t i = 0; i < part.strings.size(); ++i) maps[p].push_back(into.intern(part.strings[i]));
@@ -220,14 +221,17 @@ bool parse_in_chunks(std::string& bytes, const std::string& name, size_t chunk_b
     chunk_document(json, starts, i, text);
     Document doc{text, name, static_cast<int64_t>(starts[i]) - 1, has_origin, origin_us};
     parts[i] = parse_document(doc);
-    if (i == 0) has_origin = doc.has_origin, origin_us = doc.origin_us;
+    if (!has_origin) has_origin = doc.has_origin, origin_us = doc.origin_us;
   };
-  // Without a timestamp in the first chunk the origin is further on: rare, so read in one piece.
-  if (!run_parallel(1, parse_chunk) || !has_origin) return false;
-  if (!run_parallel(parts.size() - 1, [&](size_t i) { parse_chunk(i + 1); })) return false;
+  // One by one up to the first chunk with a timestamp, then the rest in parallel from its origin.
+  size_t next = 0;
+  for (; next < parts.size() && !has_origin; ++next)
+    if (!run_parallel(1, [&](size_t) { parse_chunk(next); })) return false;
+  if (!run_parallel(parts.size() - next, [&](size_t i) { parse_chunk(next + i); })) return false;
   trace.chunks = static_cast<int>(parts.size());
   std::string().swap(bytes);
   merge(trace, parts);
+  trace.origin_us = origin_us;
   return true;
 }
 

@@ -306,6 +306,11 @@ TEST(Reader, ChunkedPathKeepsTimestampsAfterAnOutlier) {
   EXPECT_EQ(m.origin_us, 5);
   ASSERT_EQ(m.events.size(), 1u);
   EXPECT_DOUBLE_EQ(m.events[0].ts, 95);
+  const Trace late = expect_chunked_like_whole(R"([{"ph":"X","name":"a"},{"ph":"X","name":"b"},
+      {"ph":"X","name":"c","ts":7,"dur":1},{"ph":"X","name":"d","ts":9.5}])", true);
+  EXPECT_EQ(late.origin_us, 7);
+  ASSERT_EQ(late.events.size(), 2u);
+  EXPECT_DOUBLE_EQ(late.events[1].ts, 2.5);
   expect_chunked_like_whole(slurp(kFuzz + "ts_overflow.json"), true);
   expect_chunked_like_whole(slurp(kFuzz + "exponent_ts.json"), true);
 }
