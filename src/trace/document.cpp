@@ -79,7 +79,8 @@ struct Reader {
       digits = digits.substr(0, std::find_if_not(digits.begin(), digits.end(), is_digit) - digits.begin());
     }
     if (dot != std::string_view::npos && dot + 1 + digits.size() != text.size()) {  // not digits[.digits]
-      if (text.find_first_of("eE", dot) == std::string_view::npos) throw BadEvent(fmt::format("bad timestamp '{}'", text));
+      if (text.find_first_of("eE", dot) == std::string_view::npos)
+        throw BadEvent(fmt::format("bad timestamp '{}'", text));
       const double d = parse_double(text);  // 1.7e15: rare, and precise enough
       if (!have_origin) set_origin(to_int64(d));
       return d - static_cast<double>(trace.origin_us);

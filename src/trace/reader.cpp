@@ -1,10 +1,10 @@
 // Trace files → Trace. A large file's event array is cut into chunks at event boundaries and
 // the chunks are parsed on all cores, each into its own string table, then merged in file
 // order. A short first chunk is parsed before the others: its first timestamp is the origin
-// they all measure from, so every ts is the same double as in a one-piece parse. A cut is only ever
-// a guess (a "},{" could sit inside a string); a wrong one makes its chunk fail to parse, and
-// any failure re-reads the whole file on one thread, which also gives the error its exact byte
-// offset.
+// they all measure from, so every ts is the same double as in a one-piece parse. A cut is only
+// ever a guess (a "},{" could sit inside a string); a wrong one makes its chunk fail to parse,
+// and any failure re-reads the whole file on one thread, which also gives the error its exact
+// byte offset.
 #include <fmt/format.h>
 #include <simdjson.h>
 #include <sys/stat.h>
@@ -124,7 +124,8 @@ size_t next_boundary(std::string_view json, size_t from) {
 // others wait for its timestamps.
 std::vector<size_t> chunk_starts(std::string_view json, size_t begin, size_t end, size_t chunk_bytes) {
   std::vector<size_t> starts{begin};
-  for (size_t guess = begin + std::min(chunk_bytes, kFirstChunkBytes); guess < end; guess = starts.back() + chunk_bytes) {
+  for (size_t guess = begin + std::min(chunk_bytes, kFirstChunkBytes); guess < end;
+       guess = starts.back() + chunk_bytes) {
     const size_t at = next_boundary(json, guess);
     if (at == std::string_view::npos || at >= end) break;
     starts.push_back(at);
