@@ -1,6 +1,7 @@
 #!/bin/sh
 # Fuzzes the trace reader, op model and analysis with libFuzzer (Debian's clang, with
-# AddressSanitizer and UBSan) for SECONDS (default 600), one worker. Seeds: tests/data/traces
+# AddressSanitizer and UBSan) for SECONDS (default 600), one worker; the reader's chunked path
+# is checked against the one-piece parse on every input. Seeds: tests/data/traces
 # and the cases in tests/data/fuzz. Crashers land in build-fuzz/crashes/ and make it exit 1;
 # minimise one with `build-fuzz/fuzz_reader -minimize_crash=1 FILE` and add it to tests/data/fuzz.
 #   scripts/setup.sh --fuzz && scripts/fuzz.sh [SECONDS]

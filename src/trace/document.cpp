@@ -1,10 +1,12 @@
 // Each event's fields are visited once, unknown ones skipped unparsed, names interned.
 // Timestamps are read from their text (Ascend writes them as decimal strings, Kineto as large
-// numbers) and kept relative to the first one, so microsecond fractions survive in a double.
+// numbers) and kept relative to the first one (or to a given origin), so microsecond fractions
+// survive in a double.
 // Compiled twice (see CMakeLists.txt): OPFUSE_KERNEL names the instruction set.
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -39,6 +41,15 @@ int64_t to_int64(double d) {
   return static_cast<int64_t>(d);
 }
 
+// a − b; timestamps too far apart for that are malformed, not undefined.
+int64_t microseconds_between(int64_t a, int64_t b) {
+  int64_t d = 0;
+  if (__builtin_sub_overflow(a, b, &d)) throw BadEvent(fmt::format("timestamp {} too far from the origin {}", a, b));
+  return d;
+}
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
 double parse_double(std::string_view text) {
   double d = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), d);
@@ -51,7 +62,8 @@ struct Reader {
   bool have_origin = false;
   std::string scratch;  // reused for joined Input Dims / Input type
 
-  // "1704161511420306.491" (quoted or not) → microseconds since the first timestamp.
+  // "1704161511420306.491" (quoted or not) → microseconds since the origin: the whole part is
+  // subtracted as an integer, then the fraction added, so it keeps its digits.
   double timestamp(value v) {
     std::string_view text;
     if (v.type() == json_type::string) text = v.get_string();
@@ -61,8 +73,15 @@ struct Reader {
                              text.back() == '\t' || text.back() == '}' || text.back() == ']'))
       text.remove_suffix(1);
     const size_t dot = text.find_first_of(".eE");
-    if (dot != std::string_view::npos && text[dot] != '.') {  // 1.7e15: rare, and precise enough
-      const double d = parse_double(text);
+    std::string_view digits;  // of the fraction
+    if (dot != std::string_view::npos && text[dot] == '.') {
+      digits = text.substr(dot + 1);
+      digits = digits.substr(0, std::find_if_not(digits.begin(), digits.end(), is_digit) - digits.begin());
+    }
+    if (dot != std::string_view::npos && dot + 1 + digits.size() != text.size()) {  // not digits[.digits]
+      if (text.find_first_of("eE", dot) == std::string_view::npos)
+        throw BadEvent(fmt::format("bad timestamp '{}'", text));
+      const double d = parse_double(text);  // 1.7e15: rare, and precise enough
       if (!have_origin) set_origin(to_int64(d));
       return d - static_cast<double>(trace.origin_us);
     }
@@ -71,12 +90,13 @@ struct Reader {
     const auto [end, ec] = std::from_chars(text.data(), whole_end, whole);
     if (ec != std::errc() || end != whole_end) throw BadEvent(fmt::format("bad timestamp '{}'", text));
     double fraction = 0;
-    if (dot != std::string_view::npos && dot + 1 < text.size()) {
-      fraction = parse_double(text.substr(dot + 1));
-      for (size_t i = dot + 1; i < text.size(); ++i) fraction /= 10;
+    if (!digits.empty()) {
+      fraction = parse_double(digits);
+      for (size_t i = 0; i < digits.size(); ++i) fraction /= 10;
     }
     if (!have_origin) set_origin(whole);
-    return static_cast<double>(whole - trace.origin_us) + (text.front() == '-' ? -fraction : fraction);
+    const int64_t since = microseconds_between(whole, trace.origin_us);
+    return static_cast<double>(since) + (text.front() == '-' ? -fraction : fraction);
   }
 
   void set_origin(int64_t us) {
@@ -96,14 +116,19 @@ struct Reader {
     return to_int64(v.get_double());
   }
 
-  // A numeric id, or a string one ("stream 7", "CPU functions") interned as −1 − index.
+  // A numeric id, or a string one ("stream 7", "CPU functions") interned as −1 − index. Negative
+  // ids name strings, so a negative number is interned as its decimal text.
   int64_t id(value v) {
-    if (v.type() == json_type::string) return -1 - static_cast<int64_t>(trace.intern(v.get_string().value()));
+    if (v.type() == json_type::string) return string_id(v.get_string().value());
     if (v.type() != json_type::number) throw BadEvent("pid/tid is neither a number nor a string");
     const int64_t n = to_int64(v.get_double());
-    if (n < 0) throw BadEvent("negative pid/tid");  // negative ids name interned strings
-    return n;
+    if (n >= 0) return n;
+    char digits[24];
+    const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, n);
+    return string_id(std::string_view(digits, end - digits));
   }
+
+  int64_t string_id(std::string_view s) { return -1 - static_cast<int64_t>(trace.intern(s)); }
 
   uint32_t string(value v) {
     if (v.type() != json_type::string) return 0;
@@ -215,7 +240,7 @@ struct Reader {
       }
     }
     if (e.phase == 'M') return metadata(e, metadata_name);
-    if (bad.empty() && !has_ts && e.phase != 'f' && e.phase != 's') bad = "no ts";
+    if (bad.empty() && !has_ts) bad = "no ts";
     if (!bad.empty()) throw BadEvent(bad);
     trace.events.push_back(e);
   }
@@ -244,7 +269,8 @@ int64_t invalid_utf8_offset(std::string_view s) {
 Trace parse(Document& in) {
   Trace trace;
   trace.events.reserve(in.json.size() / 160);  // about the smallest event a profiler writes
-  Reader reader{trace, false, {}};
+  Reader reader{trace, in.has_origin, {}};
+  trace.origin_us = in.origin_us;
   thread_local simdjson::ondemand::parser parser;  // its buffers are reused chunk after chunk
   simdjson::ondemand::document doc;
   const char* event_start = in.json.data();
@@ -253,6 +279,7 @@ Trace parse(Document& in) {
     doc = parser.iterate(simdjson::padded_string_view(in.json.data(), in.json.size(), in.json.size() + simdjson::SIMDJSON_PADDING));
     auto read_events = [&](simdjson::ondemand::array events) {
       for (auto item : events) {
+        ++in.entries;
         if (auto at = doc.current_location(); !at.error()) event_start = at.value();
         try {
           reader.event(item.get_object());
@@ -282,6 +309,8 @@ Trace parse(Document& in) {
       event_start = at.value();
       throw std::invalid_argument("more JSON after the end of the document");
     }
+    in.has_origin = reader.have_origin;
+    in.origin_us = trace.origin_us;
   } catch (const simdjson::simdjson_error& e) {
     if (e.error() == simdjson::UTF8_ERROR) event_start = in.json.data() + invalid_utf8_offset(in.json);
     throw std::invalid_argument(fmt::format("{}: malformed trace at byte {} ({})", in.name, offset(), e.what()));

@@ -14,7 +14,12 @@ struct Document {
   std::string_view json;  // followed by at least simdjson's padding of readable bytes
   std::string_view name;  // labels errors and warnings
   int64_t base = 0;       // byte offset of json[0] in the file
+  // In: the origin to measure from (a chunk after the first takes the file's). Out: the origin,
+  // and whether there was one.
+  bool has_origin = false;
+  int64_t origin_us = 0;
   bool opfuse_metadata = false;  // set when the top-level object has an "opfuse" key
+  int64_t entries = 0;           // entries read from "traceEvents" arrays, usable or not
 };
 
 // Parses an array of events or an object with "traceEvents". Throws std::invalid_argument

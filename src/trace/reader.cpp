@@ -1,8 +1,10 @@
 // Trace files → Trace. A large file's event array is cut into chunks at event boundaries and
 // the chunks are parsed on all cores, each into its own string table, then merged in file
-// order. A cut is only ever a guess (a "},{" could sit inside a string); a wrong one makes its
-// chunk fail to parse, and any failure re-reads the whole file on one thread, which also gives
-// the error its exact byte offset.
+// order. A short first chunk is parsed before the others: its first timestamp is the origin
+// they all measure from, so every ts is the same double as in a one-piece parse. A cut is only
+// ever a guess (a "},{" could sit inside a string); a wrong one makes its chunk fail to parse,
+// and any failure re-reads the whole file on one thread, which also gives the error its exact
+// byte offset.
 #include <fmt/format.h>
 #include <simdjson.h>
 #include <sys/stat.h>
@@ -18,6 +20,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "trace/chunked.h"
 #include "trace/document.h"
 
 namespace opfuse::trace {
@@ -26,6 +29,7 @@ namespace {
 using detail::Document;
 
 constexpr size_t kChunkBytes = size_t{1} << 20;  // small: each worker's parser buffers grow to ~5× this
+constexpr size_t kFirstChunkBytes = size_t{64} << 10;  // parsed alone, before the others
 constexpr size_t kParallelBytes = size_t{16} << 20;  // smaller files parse faster on one thread
 constexpr size_t kMaxPrefixBytes = size_t{64} << 20;
 
@@ -53,7 +57,7 @@ size_t skip_space(std::string_view s, size_t i) {
 
 // The offset just inside the event array's '[', or npos when the layout is not the usual one
 // (then the whole file is parsed in one piece). For an object, the text before "traceEvents"
-// must itself parse as the start of that object.
+// must itself parse as the start of that object, one without events.
 size_t events_begin(std::string_view json, const std::string& name, bool& opfuse_metadata) {
   size_t i = skip_space(json, 0);
   if (i < json.size() && json[i] == '[') return i + 1;
@@ -71,21 +75,20 @@ size_t events_begin(std::string_view json, const std::string& name, bool& opfuse
   } catch (const std::invalid_argument&) {
     return std::string_view::npos;
   }
+  if (doc.entries > 0) return std::string_view::npos;  // an escaped "trace\u0045vents" before it
   opfuse_metadata = doc.opfuse_metadata;
   return i + 1;
 }
 
-// The offset of the ']' that closes the event array, or npos. In an object, other keys may follow
-// ("traceName", "deviceProperties" …): the earliest ']' near the end whose remainder reads as the
-// rest of an object is the one.
-size_t events_end(std::string_view json, size_t from, const std::string& name) {
+// The offset of the ']' that closes the event array, or npos. An array must end the file. In an
+// object, other keys may follow ("traceName", "deviceProperties", "opfuse" …): the earliest ']'
+// near the end whose remainder reads as the rest of an object is the one, and that rest must
+// hold no more events (a second "traceEvents" array is read in one piece).
+size_t events_end(std::string_view json, size_t from, const std::string& name, bool& opfuse_metadata) {
   size_t last = json.size();
   while (last > from && is_space(json[last - 1])) --last;
   if (last == from) return std::string_view::npos;
-  if (json[last - 1] == ']') {
-    const size_t first = skip_space(json, 0);
-    if (json[first] == '[') return last - 1;
-  }
+  if (json[skip_space(json, 0)] == '[') return json[last - 1] == ']' ? last - 1 : std::string_view::npos;
   const size_t window = std::max(from, json.size() - std::min(json.size(), size_t{1} << 20));
   std::vector<size_t> candidates;
   for (size_t i = last; i-- > window && candidates.size() < 64;)
@@ -95,9 +98,12 @@ size_t events_end(std::string_view json, size_t from, const std::string& name) {
     Document doc{rest, name};
     try {
       parse_document(doc);
-      return *it;
     } catch (const std::invalid_argument&) {
+      continue;
     }
+    if (doc.entries > 0) return std::string_view::npos;
+    opfuse_metadata |= doc.opfuse_metadata;
+    return *it;
   }
   return std::string_view::npos;
 }
@@ -114,10 +120,12 @@ size_t next_boundary(std::string_view json, size_t from) {
   return std::string_view::npos;
 }
 
-// Where each chunk starts; the last entry is the array's ']'.
-std::vector<size_t> chunk_starts(std::string_view json, size_t begin, size_t end) {
+// Where each chunk starts; the last entry is the array's ']'. The first chunk is short: the
+// others wait for its timestamps.
+std::vector<size_t> chunk_starts(std::string_view json, size_t begin, size_t end, size_t chunk_bytes) {
   std::vector<size_t> starts{begin};
-  for (size_t guess = begin + kChunkBytes; guess < end; guess = starts.back() + kChunkBytes) {
+  for (size_t guess = begin + std::min(chunk_bytes, kFirstChunkBytes); guess < end;
+       guess = starts.back() + chunk_bytes) {
     const size_t at = next_boundary(json, guess);
     if (at == std::string_view::npos || at >= end) break;
     starts.push_back(at);
@@ -127,9 +135,12 @@ std::vector<size_t> chunk_starts(std::string_view json, size_t begin, size_t end
 }
 
 // Chunk i as its own document, "[" + its events + "]", written into `out` (reused across chunks).
+// The comma before the next chunk is dropped; one after the last event is kept, to be rejected
+// as it is in one piece.
 void chunk_document(std::string_view json, const std::vector<size_t>& starts, size_t i, std::string& out) {
+  const bool last = i + 2 == starts.size();
   size_t end = starts[i + 1];
-  while (end > starts[i] && (is_space(json[end - 1]) || json[end - 1] == ',')) --end;
+  while (end > starts[i] && (is_space(json[end - 1]) || (!last && json[end - 1] == ','))) --end;
   out.clear();
   out.reserve(end - starts[i] + 2 + simdjson::SIMDJSON_PADDING);
   out += '[';
@@ -158,29 +169,26 @@ bool run_parallel(size_t n, const std::function<void(size_t)>& task) {
   return !failed;
 }
 
-// Chunk strings are re-interned into the merged table, string ids in pids and tids too; the
-// events are then copied into place on all cores, each chunk freed once copied.
+// Chunk strings are re-interned into the merged table, string ids in pids, tids and flow ids
+// too; the events are then copied into place on all cores, each chunk freed once copied. All
+// chunks measured from the file's origin, so timestamps need no shift.
 void merge(Trace& into, std::vector<Trace>& parts) {
   std::vector<std::vector<uint32_t>> maps(parts.size());
   std::vector<size_t> offset(parts.size() + 1, 0);
-  bool have_origin = false;
   for (size_t p = 0; p < parts.size(); ++p) {
     Trace& part = parts[p];
     for (size_t i = 0; i < part.strings.size(); ++i) maps[p].push_back(into.intern(part.strings[i]));
-    if (!have_origin && !part.events.empty()) into.origin_us = part.origin_us, have_origin = true;
     offset[p + 1] = offset[p] + part.events.size();
   }
   into.events.resize(offset.back());
   run_parallel(parts.size(), [&](size_t p) {
     const std::vector<uint32_t>& map = maps[p];
     auto id = [&](int64_t v) { return v < 0 ? -1 - static_cast<int64_t>(map[-1 - v]) : v; };
-    const double shift = static_cast<double>(parts[p].origin_us - into.origin_us);
     Event* out = into.events.data() + offset[p];
     for (Event e : parts[p].events) {
       e.name = map[e.name], e.category = map[e.category], e.module = map[e.module];
       e.dims = map[e.dims], e.types = map[e.types], e.stack = map[e.stack];
-      e.pid = id(e.pid), e.tid = id(e.tid);
-      e.ts += shift;
+      e.pid = id(e.pid), e.tid = id(e.tid), e.flow_id = id(e.flow_id);
       *out++ = e;
     }
     std::vector<Event>().swap(parts[p].events);
@@ -197,25 +205,34 @@ void merge(Trace& into, std::vector<Trace>& parts) {
 
 // On success the file's bytes are released before the merge, so they and the merged events are
 // never held at once.
-bool parse_in_chunks(std::string& bytes, const std::string& name, Trace& trace, bool& opfuse_metadata) {
+bool parse_in_chunks(std::string& bytes, const std::string& name, size_t chunk_bytes, Trace& trace,
+                     bool& opfuse_metadata) {
   const std::string_view json = bytes;
   const size_t begin = events_begin(json, name, opfuse_metadata);
   if (begin == std::string_view::npos) return false;
-  const size_t end = events_end(json, begin, name);
+  const size_t end = events_end(json, begin, name, opfuse_metadata);
   if (end == std::string_view::npos) return false;
-  const std::vector<size_t> starts = chunk_starts(json, begin, end);
+  const std::vector<size_t> starts = chunk_starts(json, begin, end, chunk_bytes);
   if (starts.size() < 3) return false;
   std::vector<Trace> parts(starts.size() - 1);
-  const bool ok = run_parallel(parts.size(), [&](size_t i) {
+  bool has_origin = false;
+  int64_t origin_us = 0;
+  auto parse_chunk = [&](size_t i) {
     thread_local std::string text;
     chunk_document(json, starts, i, text);
-    Document doc{text, name, static_cast<int64_t>(starts[i]) - 1};
+    Document doc{text, name, static_cast<int64_t>(starts[i]) - 1, has_origin, origin_us};
     parts[i] = parse_document(doc);
-  });
-  if (!ok) return false;
+    if (!has_origin) has_origin = doc.has_origin, origin_us = doc.origin_us;
+  };
+  // One by one up to the first chunk with a timestamp, then the rest in parallel from its origin.
+  size_t next = 0;
+  for (; next < parts.size() && !has_origin; ++next)
+    if (!run_parallel(1, [&](size_t) { parse_chunk(next); })) return false;
+  if (!run_parallel(parts.size() - next, [&](size_t i) { parse_chunk(next + i); })) return false;
   trace.chunks = static_cast<int>(parts.size());
   std::string().swap(bytes);
   merge(trace, parts);
+  trace.origin_us = origin_us;
   return true;
 }
 
@@ -324,10 +341,11 @@ void close_begin_end(Trace& t, const std::string& name) {
   t.events.resize(kept);
 }
 
-Trace parse_padded(std::string& bytes, const std::string& name) {
+// chunk_bytes 0: in one piece.
+Trace parse_padded(std::string& bytes, const std::string& name, size_t chunk_bytes) {
   Trace trace;
   bool opfuse_metadata = false;
-  if (bytes.size() < kParallelBytes || !parse_in_chunks(bytes, name, trace, opfuse_metadata)) {
+  if (chunk_bytes == 0 || !parse_in_chunks(bytes, name, chunk_bytes, trace, opfuse_metadata)) {
     Document doc{bytes, name};
     trace = parse_document(doc);
     opfuse_metadata = doc.opfuse_metadata;
@@ -337,6 +355,8 @@ Trace parse_padded(std::string& bytes, const std::string& name) {
   trace.dialect = detect(trace, opfuse_metadata);
   return trace;
 }
+
+size_t chunk_bytes_for(size_t file_bytes) { return file_bytes < kParallelBytes ? 0 : kChunkBytes; }
 
 }  // namespace
 
@@ -383,12 +403,17 @@ void Strings::grow() {
 
 Trace parse_trace(std::string_view json, const std::string& name) {
   std::string bytes = padded(json);
-  return parse_padded(bytes, name);
+  return parse_padded(bytes, name, chunk_bytes_for(bytes.size()));
 }
 
 Trace read_trace(const std::string& path) {
   std::string bytes = read_file(path);
-  return parse_padded(bytes, path);
+  return parse_padded(bytes, path, chunk_bytes_for(bytes.size()));
+}
+
+Trace detail::parse_trace_chunked(std::string_view json, const std::string& name, size_t chunk_bytes) {
+  std::string bytes = padded(json);
+  return parse_padded(bytes, name, std::max<size_t>(chunk_bytes, 1));
 }
 
 }  // namespace opfuse::trace

@@ -2,6 +2,7 @@
 // on hand-written edge cases, and on thousands of corrupted inputs.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -10,11 +11,14 @@
 #include <fmt/format.h>
 
 #include "opfuse/trace.h"
+#include "trace/chunked.h"
+#include "trace_diff.h"
 
 namespace opfuse::trace {
 namespace {
 
 const std::string kData = OPFUSE_TEST_DATA "/traces/";
+const std::string kFuzz = OPFUSE_TEST_DATA "/fuzz/";
 
 size_t count_phase(const Trace& t, char phase) {
   size_t n = 0;
@@ -151,6 +155,58 @@ TEST(Reader, UnusableEventsAreSkippedWithAWarning) {
   EXPECT_NE(t.warnings[0].find(fmt::format("at byte {}", at)), std::string::npos) << t.warnings[0];
 }
 
+TEST(Reader, FlowEventsWithoutTsAreSkipped) {
+  const Trace t = parse_trace(slurp(kFuzz + "flow_no_ts.json"), "flow.json");
+  ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.events[1].phase, 'f');
+  EXPECT_DOUBLE_EQ(t.events[1].ts, 2);
+  EXPECT_EQ(t.skipped, 1);
+  ASSERT_EQ(t.warnings.size(), 1u);
+  EXPECT_NE(t.warnings[0].find("event skipped: no ts"), std::string::npos) << t.warnings[0];
+}
+
+// 1.5e3 is 1500, quoted or not; a fraction that is not all digits is a bad timestamp.
+TEST(Reader, TimestampsWithExponents) {
+  const Trace t = parse_trace(slurp(kFuzz + "exponent_ts.json"), "exp.json");
+  ASSERT_EQ(t.events.size(), 3u);
+  EXPECT_DOUBLE_EQ(t.events[1].ts, 1500);
+  EXPECT_DOUBLE_EQ(t.events[2].ts, 1500);
+  EXPECT_EQ(t.skipped, 1);
+  ASSERT_EQ(t.warnings.size(), 1u);
+  EXPECT_NE(t.warnings[0].find("bad timestamp '2.5x'"), std::string::npos) << t.warnings[0];
+  EXPECT_EQ(parse_trace(R"([{"ph":"X","name":"a","ts":"7.5E2","dur":1}])", "e.json").origin_us, 750);
+}
+
+// Timestamps too far from the origin for int64 arithmetic are bad events (UBSan caught the
+// overflow), not wrapped around.
+TEST(Reader, TimestampsTooFarApartAreSkipped) {
+  const Trace t = parse_trace(slurp(kFuzz + "ts_overflow.json"), "far.json");
+  ASSERT_EQ(t.events.size(), 1u);
+  EXPECT_EQ(t.name(t.events[0]), "a");
+  EXPECT_EQ(t.skipped, 1);
+  ASSERT_EQ(t.warnings.size(), 1u);
+  EXPECT_NE(t.warnings[0].find("too far from the origin"), std::string::npos) << t.warnings[0];
+}
+
+// Chrome traces allow negative pids and tids; they are kept as their decimal text, as string ids
+// are, so "-3" and -3 name one process.
+TEST(Reader, NegativeIdsAreInternedAsText) {
+  const Trace f = parse_trace(slurp(kFuzz + "negative_pid.json"), "neg.json");
+  ASSERT_EQ(f.events.size(), 1u);
+  ASSERT_LT(f.events[0].pid, 0);
+  EXPECT_EQ(f.strings[-1 - f.events[0].pid], "-155555");
+  const Trace t = parse_trace(R"([{"ph":"M","name":"process_name","pid":-3,"args":{"name":"gpu"}},
+                                  {"ph":"X","name":"a","pid":-3,"tid":-7,"ts":1,"dur":1},
+                                  {"ph":"X","name":"b","pid":"-3","tid":7,"ts":2,"dur":1}])",
+                              "neg.json");
+  ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.skipped, 0);
+  EXPECT_EQ(t.events[0].pid, t.events[1].pid);
+  EXPECT_EQ(t.strings[-1 - t.events[0].tid], "-7");
+  EXPECT_EQ(t.events[1].tid, 7);
+  EXPECT_EQ(t.process_names.at(t.events[0].pid), "gpu");
+}
+
 TEST(Reader, BeginEndPairsBecomeSlices) {
   const Trace t = parse_trace(R"([{"ph":"B","name":"outer","pid":1,"tid":1,"ts":0},
                                   {"ph":"B","name":"inner","pid":1,"tid":1,"ts":2},
@@ -197,6 +253,116 @@ void expect_chunked_parse(const std::string& note, bool chunked) {
 TEST(Reader, ChunkedParseMatchesTheWholeFile) {
   expect_chunked_parse("plain", true);
   expect_chunked_parse("},{", false);
+}
+
+// The chunked path on a small input (chunks of a few bytes: one event each) reads exactly what
+// the one-piece parse reads, or is rejected as it is. Returns the chunked parse.
+Trace expect_chunked_like_whole(const std::string& json, bool chunked, size_t chunk_bytes = 1) {
+  SCOPED_TRACE(json);
+  const Trace whole = parse_trace(json, "small.json");
+  Trace pieces = detail::parse_trace_chunked(json, "small.json", chunk_bytes);
+  EXPECT_EQ(whole.chunks, 1);
+  if (chunked) EXPECT_GT(pieces.chunks, 1);
+  else EXPECT_EQ(pieces.chunks, 1);
+  EXPECT_EQ(trace_difference(whole, pieces), "");
+  return pieces;
+}
+
+void expect_both_reject(const std::string& json) {
+  SCOPED_TRACE(json);
+  std::string whole, pieces;
+  try {
+    parse_trace(json, "small.json");
+  } catch (const std::invalid_argument& e) {
+    whole = e.what();
+  }
+  try {
+    detail::parse_trace_chunked(json, "small.json", 1);
+  } catch (const std::invalid_argument& e) {
+    pieces = e.what();
+  }
+  EXPECT_NE(whole, "");
+  EXPECT_EQ(pieces, whole);
+}
+
+TEST(Reader, ChunkedPathRejectsWhatTheWholeParseRejects) {
+  expect_both_reject(slurp(kFuzz + "trailing_garbage.json"));  // [...]}
+  expect_both_reject(slurp(kFuzz + "trailing_comma.json"));    // [{…},{…},]
+  expect_both_reject(R"({"traceEvents":[{"ph":"X","name":"a","ts":1},{"ph":"X","name":"b","ts":2},]})");
+  expect_chunked_like_whole(R"([{"ph":"X","name":"a","ts":1},{"ph":"X","name":"b","ts":2}] )", true);
+}
+
+// A chunk that begins with an outlier timestamp (0 among 1.7e15s) measures from the file's
+// origin like every other chunk, so the next event keeps its fraction.
+TEST(Reader, ChunkedPathKeepsTimestampsAfterAnOutlier) {
+  const Trace t = expect_chunked_like_whole(slurp(kFuzz + "outlier_ts.json"), true, 50);
+  EXPECT_EQ(t.chunks, 2);  // [a] [outlier, b]
+  ASSERT_EQ(t.events.size(), 3u);
+  EXPECT_EQ(t.origin_us, 1704161511420000);
+  EXPECT_DOUBLE_EQ(t.events[1].ts, -1704161511420000.0);
+  EXPECT_DOUBLE_EQ(t.events[2].ts, 306.491);
+  // The origin is the first timestamp read, even one of a metadata or skipped event.
+  const Trace m = expect_chunked_like_whole(R"([{"ph":"M","name":"process_name","pid":1,"ts":5,"args":{"name":"p"}},
+      {"ph":"X","name":"a","ts":9,"dur":-1},{"ph":"X","name":"b","ts":100,"dur":1}])", true);
+  EXPECT_EQ(m.origin_us, 5);
+  ASSERT_EQ(m.events.size(), 1u);
+  EXPECT_DOUBLE_EQ(m.events[0].ts, 95);
+  const Trace late = expect_chunked_like_whole(R"([{"ph":"X","name":"a"},{"ph":"X","name":"b"},
+      {"ph":"X","name":"c","ts":7,"dur":1},{"ph":"X","name":"d","ts":9.5}])", true);
+  EXPECT_EQ(late.origin_us, 7);
+  ASSERT_EQ(late.events.size(), 2u);
+  EXPECT_DOUBLE_EQ(late.events[1].ts, 2.5);
+  expect_chunked_like_whole(slurp(kFuzz + "ts_overflow.json"), true);
+  expect_chunked_like_whole(slurp(kFuzz + "exponent_ts.json"), true);
+}
+
+TEST(Reader, ChunkedPathMergesStringIds) {
+  const Trace t = expect_chunked_like_whole(slurp(kFuzz + "string_flow_ids.json"), true);
+  ASSERT_EQ(t.events.size(), 3u);
+  ASSERT_LT(t.events[2].flow_id, 0);
+  EXPECT_EQ(t.strings[-1 - t.events[2].flow_id], "x");
+  EXPECT_EQ(t.events[1].flow_id, t.events[2].flow_id);
+  expect_chunked_like_whole(R"([{"ph":"X","name":"a","pid":"p","tid":-2,"ts":1},{"ph":"X","name":"b","pid":-2,"tid":"p","ts":2}])",
+                            true);
+}
+
+// What follows the event array: more events are read in one piece; "opfuse" metadata is seen.
+TEST(Reader, ChunkedPathReadsWhatFollowsTheEvents) {
+  const Trace two = expect_chunked_like_whole(slurp(kFuzz + "two_arrays.json"), false);
+  EXPECT_EQ(two.events.size(), 3u);
+  const Trace meta = expect_chunked_like_whole(slurp(kFuzz + "opfuse_after_events.json"), true);
+  EXPECT_EQ(meta.dialect, Dialect::opfuse);
+  const Trace escaped = expect_chunked_like_whole(
+      R"({"trace\u0045vents":[{"ph":"X","name":"a","ts":1}],"traceEvents":[{"ph":"X","name":"b","ts":2},{"ph":"X","name":"c","ts":3}]})",
+      false);
+  EXPECT_EQ(escaped.events.size(), 3u);
+}
+
+// Every input kept from fuzzing reads alike whole and in chunks of several sizes.
+TEST(Reader, FuzzInputsReadAlikeWholeAndChunked) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kFuzz)) {
+    SCOPED_TRACE(entry.path().string());
+    const std::string json = slurp(entry.path().string());
+    for (size_t chunk_bytes : {1, 7, 64}) {
+      std::string whole_error, chunked_error;
+      Trace whole, pieces;
+      try {
+        whole = parse_trace(json, "fuzz.json");
+      } catch (const std::invalid_argument& e) {
+        whole_error = e.what();
+      }
+      try {
+        pieces = detail::parse_trace_chunked(json, "fuzz.json", chunk_bytes);
+      } catch (const std::invalid_argument& e) {
+        chunked_error = e.what();
+      }
+      EXPECT_EQ(whole_error, chunked_error);
+      EXPECT_EQ(trace_difference(whole, pieces), "") << chunk_bytes;
+    }
+    ++n;
+  }
+  EXPECT_GE(n, 10);
 }
 
 // Corrupted copies of a real trace: every one either parses or throws invalid_argument —
