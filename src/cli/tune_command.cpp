@@ -118,7 +118,7 @@ Run add_tune(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup", o.warmup, "untimed steps per variant first")->capture_default_str()->check(CLI::Range(0, 1000));
   cmd->add_option("--profile-steps", o.profile_steps, "steps in each profile")->capture_default_str()->check(CLI::Range(1, 100));
-  cmd->add_option("--min-gain", o.min_gain, "keep a verified replacement only if it gains at least this (0.02 = 2%)")
+  cmd->add_option("--min-gain", o.min_gain, "keep a verified replacement only if it gains at least this (0.02 = 2%; -1 keeps every verified one)")
       ->capture_default_str();
   cmd->add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();
   cmd->add_option("--out", a->out, "folder for traces, report and tuned model (a numbered sibling if it holds a run)")

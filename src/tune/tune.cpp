@@ -194,7 +194,7 @@ void validate(const TuneOptions& o) {
   if (o.warmup < 0) throw std::invalid_argument("--warmup must not be negative");
   if (o.profile_steps < 1) throw std::invalid_argument("--profile-steps must be at least 1");
   if (o.loss != "ce" && o.loss != "mse") throw std::invalid_argument(fmt::format("unknown loss '{}' (ce or mse)", o.loss));
-  if (!(o.min_gain > -1)) throw std::invalid_argument("--min-gain must be above -1");
+  if (!(o.min_gain >= -1)) throw std::invalid_argument("--min-gain must be at least -1 (which keeps every verified rewrite)");
   for (int64_t d : o.input_shape)
     if (d < 1) throw std::invalid_argument("--input-shape dimensions must be positive");
   if (!is_file_model(o.model)) {

@@ -18,7 +18,7 @@ expect_usage_error tune --model nosuch-net
 expect_usage_error tune --model "$tmp/missing.pt" --input-shape 2,3,32,32
 expect_usage_error tune --image-size 16
 expect_usage_error rewrite "$data/rules/wrong_silu.yaml" "$tmp/x.pt" --input-shape 2,3,32,32
-tiny="--image-size 32 --batch-size 2 --num-classes 10 --steps 1 --rounds 2 --warmup 1 --profile-steps 1 --min-gain -0.5"
+tiny="--image-size 32 --batch-size 2 --num-classes 10 --steps 1 --rounds 2 --warmup 1 --profile-steps 1 --min-gain -1 --threads 1"
 
 # An earlier run's folder is left alone: this run goes to run-2.
 mkdir "$tmp/run" && echo '{}' > "$tmp/run/report.json"
@@ -54,7 +54,7 @@ grep -q "opfuse::silu" "$tmp/rewrite.txt"
 expect_usage_error rewrite "$tmp/net.pt" "$tmp/net.fused.pt" --input-shape 4,3,32,32
 
 "$opfuse" tune --model "$tmp/net.pt" --input-shape 4,3,32,32 --steps 1 --rounds 2 --warmup 1 --profile-steps 1 \
-  --min-gain -0.5 --out "$tmp/ts" > "$tmp/ts.txt"
+  --min-gain -1 --threads 1 --out "$tmp/ts" > "$tmp/ts.txt"
 "$python" "$here/../python/check_rewritten.py" "$library" "$tmp/net.pt" "$tmp/ts/tuned.pt" | grep -q ok
 
 # A wrong rewrite is rejected by verification and nothing is kept: exit 1.
@@ -62,7 +62,7 @@ if "$opfuse" rewrite "$tmp/net.pt" "$tmp/wrong.pt" --input-shape 4,3,32,32 --no-
   --rules "$data/rules/wrong_silu.yaml" > "$tmp/wrong.txt"; then echo "wrong rewrite accepted"; exit 1; fi
 grep -q "failed verification" "$tmp/wrong.txt"
 [ ! -e "$tmp/wrong.pt" ]
-ts_tiny="--model $tmp/net.pt --input-shape 4,3,32,32 --steps 1 --rounds 2 --warmup 1 --profile-steps 1 --min-gain -0.5"
+ts_tiny="--model $tmp/net.pt --input-shape 4,3,32,32 --steps 1 --rounds 2 --warmup 1 --profile-steps 1 --min-gain -1 --threads 1"
 "$opfuse" tune $ts_tiny --rules "$data/rules/wrong_silu.yaml" --out "$tmp/wrong" > "$tmp/wrong-tune.txt"
 "$python" - "$tmp/wrong/report.json" <<'PY'
 import json, sys
