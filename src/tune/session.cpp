@@ -98,9 +98,13 @@ std::string compare(const Run& got, const Run& ref, const Run* noise, double tol
 
 }  // namespace
 
+bool is_file_model(const std::string& model) {
+  return model.size() > 3 && model.compare(model.size() - 3, 3, ".pt") == 0;
+}
+
 std::vector<int64_t> input_shape(const TuneOptions& o) {
   if (!o.input_shape.empty()) return o.input_shape;
-  if (o.model.size() > 3 && o.model.compare(o.model.size() - 3, 3, ".pt") == 0)
+  if (is_file_model(o.model))
     throw std::invalid_argument(fmt::format("{}: a TorchScript model needs --input-shape (e.g. 16,3,224,224)", o.model));
   return {o.batch_size, 3, o.image_size, o.image_size};
 }

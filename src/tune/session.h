@@ -19,6 +19,8 @@ struct Batches {
   std::string loss;  // ce | mse
 };
 
+// Whether options.model names a TorchScript file rather than a built-in model.
+bool is_file_model(const std::string& model);
 // The input shape of options.model; throws std::invalid_argument for a TorchScript model without one.
 std::vector<int64_t> input_shape(const TuneOptions& o);
 // Draws the batches; the targets' shape comes from one forward pass of `model` in eval mode.

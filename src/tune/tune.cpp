@@ -18,10 +18,6 @@
 namespace opfuse::tune {
 namespace {
 
-bool is_file_model(const std::string& model) {
-  return model.size() > 3 && model.compare(model.size() - 3, 3, ".pt") == 0;
-}
-
 std::unique_ptr<rewrite::Model> load_model(const TuneOptions& o) {
   if (is_file_model(o.model)) return rewrite::load_torchscript(o.model);
   return rewrite::efficientnet(o.model, o.image_size, o.num_classes, o.seed);
@@ -46,7 +42,7 @@ analyze::Analysis profile_and_analyze(Session& s, const TuneOptions& o, const st
                         {"model", o.model},
                         {"variant", variant},
                         {"threads", at::get_num_threads()},
-                        {"batch_size", o.input_shape.empty() ? o.batch_size : o.input_shape.front()}});
+                        {"batch_size", input_shape(o).front()}});
   const trace::Trace t = trace::read_trace(path);
   analyze::Options options;
   if (o.measure_ops)
@@ -128,17 +124,15 @@ void summarise(Side& side, const std::vector<double>& samples) {
   side.max = *std::max_element(samples.begin(), samples.end());
 }
 
-double ops_of(const analyze::Analysis& a, const std::string& rule) {
+// The rule's finding in an analysis, or null when the trace no longer has its chains.
+const analyze::Finding* finding_of(const analyze::Analysis& a, const std::string& rule) {
   for (const auto& f : a.findings)
-    if (f.rule == rule) return static_cast<double>(f.ops);
-  return 0;
+    if (f.rule == rule) return &f;
+  return nullptr;
 }
 
-double time_of(const analyze::Analysis& a, const std::string& rule) {
-  for (const auto& f : a.findings)
-    if (f.rule == rule) return f.time_us;
-  return 0;
-}
+double ops_of(const analyze::Finding* f) { return f ? static_cast<double>(f->ops) : 0; }
+double time_of(const analyze::Finding* f) { return f ? f->time_us : 0; }
 
 // The fused op's own time: ops named as the replacement, or its backward ("opfuse::silu_backward").
 double replacement_time(const analyze::Analysis& a, const std::string& op) {
@@ -148,11 +142,10 @@ double replacement_time(const analyze::Analysis& a, const std::string& op) {
   return us;
 }
 
-bool covers_backward(const analyze::Analysis& a, const std::string& rule) {
-  for (const auto& f : a.findings)
-    if (f.rule == rule)
-      for (const auto& l : f.locations)
-        if (l.where.size() >= 10 && l.where.compare(l.where.size() - 10, 10, "(backward)") == 0) return true;
+bool covers_backward(const analyze::Finding* f) {
+  if (f == nullptr) return false;
+  for (const auto& l : f->locations)
+    if (l.where.size() >= 10 && l.where.compare(l.where.size() - 10, 10, "(backward)") == 0) return true;
   return false;
 }
 
@@ -171,14 +164,16 @@ std::vector<RuleTime> rule_times(const TuneResult& r, const TuneOptions& o) {
   for (const Replacement& rep : r.replacements) {
     // Before and after compare only where the rule matched the backward chains too; otherwise
     // "before" would hold the forward ops and "after" the fused op's forward and backward.
-    if (!rep.kept || !covers_backward(before, rep.rule)) continue;
+    const analyze::Finding* was = finding_of(before, rep.rule);
+    const analyze::Finding* is = finding_of(after, rep.rule);
+    if (!rep.kept || !covers_backward(was)) continue;
     const std::string op = cpu_replacement(rule_named(o.rules, rep.rule));
     RuleTime t;
     t.rule = rep.rule;
-    t.ops_per_step_before = ops_of(before, rep.rule) / steps_before;
-    t.ops_per_step_after = ops_of(after, rep.rule) / steps_after;
-    t.us_per_step_before = (time_of(before, rep.rule) + replacement_time(before, op)) / steps_before;
-    t.us_per_step_after = (time_of(after, rep.rule) + replacement_time(after, op)) / steps_after;
+    t.ops_per_step_before = ops_of(was) / steps_before;
+    t.ops_per_step_after = ops_of(is) / steps_after;
+    t.us_per_step_before = (time_of(was) + replacement_time(before, op)) / steps_before;
+    t.us_per_step_after = (time_of(is) + replacement_time(after, op)) / steps_after;
     out.push_back(t);
   }
   return out;
