@@ -1,13 +1,17 @@
 // Trace files → Trace. A large file's event array is cut into chunks at event boundaries and
 // the chunks are parsed on all cores, each into its own string table, then merged in file
-// order. A short first chunk is parsed before the others: its first timestamp is the origin
+// order. A plain file is mapped, not read: each chunk is copied out into a padded buffer and
+// its pages handed back, so the file is never resident in this process all at once. A short first chunk is parsed before the others: its first timestamp is the origin
 // they all measure from, so every ts is the same double as in a one-piece parse. A cut is only
 // ever a guess (a "},{" could sit inside a string); a wrong one makes its chunk fail to parse,
 // and any failure re-reads the whole file on one thread, which also gives the error its exact
 // byte offset.
 #include <fmt/format.h>
 #include <simdjson.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -203,11 +207,36 @@ void merge(Trace& into, std::vector<Trace>& parts) {
   }
 }
 
-// On success the file's bytes are released before the merge, so they and the merged events are
-// never held at once.
-bool parse_in_chunks(std::string& bytes, const std::string& name, size_t chunk_bytes, Trace& trace,
-                     bool& opfuse_metadata) {
-  const std::string_view json = bytes;
+// A file's bytes, mapped read-only (gzip files are inflated into `inflated` instead). Pages are
+// handed back once parsed: a private file mapping reads them again from the page cache if they
+// are touched later, so giving them back early is only ever a cost, never a wrong answer.
+class Source {
+ public:
+  explicit Source(const std::string& path);
+  ~Source() {
+    if (map_ != nullptr) munmap(map_, size_);
+  }
+  Source(const Source&) = delete;
+  Source& operator=(const Source&) = delete;
+  std::string_view bytes() const { return map_ != nullptr ? std::string_view(static_cast<const char*>(map_), size_) : inflated_; }
+  // [begin, end) will not be read again soon: its whole pages leave this process's memory.
+  void release(size_t begin, size_t end) const {
+    if (map_ == nullptr) return;
+    static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t first = (begin + page - 1) / page * page, last = end / page * page;
+    if (last > first) madvise(static_cast<char*>(map_) + first, last - first, MADV_DONTNEED);
+  }
+
+ private:
+  void* map_ = nullptr;
+  size_t size_ = 0;
+  std::string inflated_;
+};
+
+using Release = std::function<void(size_t begin, size_t end)>;
+
+bool parse_in_chunks(std::string_view json, const std::string& name, size_t chunk_bytes, const Release& release,
+                     Trace& trace, bool& opfuse_metadata) {
   const size_t begin = events_begin(json, name, opfuse_metadata);
   if (begin == std::string_view::npos) return false;
   const size_t end = events_end(json, begin, name, opfuse_metadata);
@@ -220,6 +249,7 @@ bool parse_in_chunks(std::string& bytes, const std::string& name, size_t chunk_b
   auto parse_chunk = [&](size_t i) {
     thread_local std::string text;
     chunk_document(json, starts, i, text);
+    if (release) release(starts[i], starts[i + 1]);
     Document doc{text, name, static_cast<int64_t>(starts[i]) - 1, has_origin, origin_us};
     parts[i] = parse_document(doc);
     if (!has_origin) has_origin = doc.has_origin, origin_us = doc.origin_us;
@@ -230,7 +260,6 @@ bool parse_in_chunks(std::string& bytes, const std::string& name, size_t chunk_b
     if (!run_parallel(1, [&](size_t) { parse_chunk(next); })) return false;
   if (!run_parallel(parts.size() - next, [&](size_t i) { parse_chunk(next + i); })) return false;
   trace.chunks = static_cast<int>(parts.size());
-  std::string().swap(bytes);
   merge(trace, parts);
   trace.origin_us = origin_us;
   return true;
@@ -271,41 +300,39 @@ size_t expected_size(const std::string& path) {
   return expected;
 }
 
-// The file's bytes (gunzipped when compressed), with simdjson's padding after them.
-std::string read_file(const std::string& path) {
+Source::Source(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) throw std::invalid_argument(fmt::format("{}: cannot open", path));
   unsigned char magic[2] = {0, 0};
   const bool gzipped = std::fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-  std::string bytes;
-  if (!gzipped) {  // one read into a buffer of the right size: no copies, no regrowth
-    std::fseek(f, 0, SEEK_END);
-    const long size = std::ftell(f);
-    std::fseek(f, 0, SEEK_SET);
-    bytes.reserve(static_cast<size_t>(std::max(0L, size)) + simdjson::SIMDJSON_PADDING);
-    bytes.resize(static_cast<size_t>(std::max(0L, size)));
-    const size_t got = std::fread(bytes.data(), 1, bytes.size(), f);
+  if (!gzipped) {
+    struct stat st {};
+    const bool ok = fstat(fileno(f), &st) == 0;
+    size_ = ok ? static_cast<size_t>(st.st_size) : 0;
+    if (ok && size_ > 0) {
+      map_ = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+      if (map_ == MAP_FAILED) map_ = nullptr;
+      else madvise(map_, size_, MADV_SEQUENTIAL);
+    }
     std::fclose(f);
-    if (got != bytes.size()) throw std::invalid_argument(fmt::format("{}: read failed after {} bytes", path, got));
-    return bytes;
+    if (!ok || (size_ > 0 && map_ == nullptr)) throw std::invalid_argument(fmt::format("{}: cannot read", path));
+    return;
   }
   std::fclose(f);
   gzFile gz = gzopen(path.c_str(), "rb");
   if (gz == nullptr) throw std::invalid_argument(fmt::format("{}: cannot open", path));
   gzbuffer(gz, 1 << 20);
-  bytes.reserve(expected_size(path) + simdjson::SIMDJSON_PADDING);
+  inflated_.reserve(expected_size(path) + simdjson::SIMDJSON_PADDING);
   char buf[1 << 16];
   int n;
-  while ((n = gzread(gz, buf, sizeof buf)) > 0) bytes.append(buf, n);
+  while ((n = gzread(gz, buf, sizeof buf)) > 0) inflated_.append(buf, n);
   int err = Z_OK;
   const char* message = gzerror(gz, &err);
-  const int64_t offset = static_cast<int64_t>(bytes.size());
+  const int64_t offset = static_cast<int64_t>(inflated_.size());
   const std::string why = message == nullptr ? "" : message;
   gzclose(gz);
   if (n < 0 || (err != Z_OK && err != Z_STREAM_END))
     throw std::invalid_argument(fmt::format("{}: corrupt gzip data after {} bytes ({})", path, offset, why));
-  if (bytes.capacity() < bytes.size() + simdjson::SIMDJSON_PADDING) bytes.reserve(bytes.size() + simdjson::SIMDJSON_PADDING);
-  return bytes;
 }
 
 // B/E pairs become X slices, so everything downstream sees one kind of slice. An E without
@@ -341,11 +368,12 @@ void close_begin_end(Trace& t, const std::string& name) {
   t.events.resize(kept);
 }
 
-// chunk_bytes 0: in one piece.
-Trace parse_padded(std::string& bytes, const std::string& name, size_t chunk_bytes) {
+// chunk_bytes 0: in one piece. One piece needs simdjson's padding, so it parses a copy.
+Trace parse_bytes(std::string_view json, const std::string& name, size_t chunk_bytes, const Release& release) {
   Trace trace;
   bool opfuse_metadata = false;
-  if (chunk_bytes == 0 || !parse_in_chunks(bytes, name, chunk_bytes, trace, opfuse_metadata)) {
+  if (chunk_bytes == 0 || !parse_in_chunks(json, name, chunk_bytes, release, trace, opfuse_metadata)) {
+    const std::string bytes = padded(json);
     Document doc{bytes, name};
     trace = parse_document(doc);
     opfuse_metadata = doc.opfuse_metadata;
@@ -402,18 +430,17 @@ void Strings::grow() {
 }
 
 Trace parse_trace(std::string_view json, const std::string& name) {
-  std::string bytes = padded(json);
-  return parse_padded(bytes, name, chunk_bytes_for(bytes.size()));
+  return parse_bytes(json, name, chunk_bytes_for(json.size()), nullptr);
 }
 
 Trace read_trace(const std::string& path) {
-  std::string bytes = read_file(path);
-  return parse_padded(bytes, path, chunk_bytes_for(bytes.size()));
+  const Source source(path);
+  return parse_bytes(source.bytes(), path, chunk_bytes_for(source.bytes().size()),
+                     [&source](size_t begin, size_t end) { source.release(begin, end); });
 }
 
 Trace detail::parse_trace_chunked(std::string_view json, const std::string& name, size_t chunk_bytes) {
-  std::string bytes = padded(json);
-  return parse_padded(bytes, name, std::max<size_t>(chunk_bytes, 1));
+  return parse_bytes(json, name, std::max<size_t>(chunk_bytes, 1), nullptr);
 }
 
 }  // namespace opfuse::trace

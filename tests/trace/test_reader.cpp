@@ -1,6 +1,7 @@
 // The trace reader on real traces from other projects (tests/data/traces, with their licences),
 // on hand-written edge cases, and on thousands of corrupted inputs.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -248,6 +249,13 @@ void expect_chunked_parse(const std::string& note, bool chunked) {
     EXPECT_EQ(t.strings[e.dims], fmt::format("{},3;", i % 5));
     EXPECT_EQ(e.sequence_nr, i);
   }
+  // From a file the bytes are mapped and handed back chunk by chunk: still the same trace.
+  const auto path = std::filesystem::temp_directory_path() / fmt::format("opfuse-reader-{}.json", ::getpid());
+  std::ofstream(path, std::ios::binary) << json;
+  const Trace mapped = read_trace(path.string());
+  std::filesystem::remove(path);
+  EXPECT_EQ(mapped.chunks, t.chunks);
+  EXPECT_EQ(trace_difference(t, mapped), "");
 }
 
 TEST(Reader, ChunkedParseMatchesTheWholeFile) {
