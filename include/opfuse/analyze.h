@@ -19,25 +19,35 @@ Backend parse_backend(const std::string& name);  // throws std::invalid_argument
 Backend detect_backend(const trace::Trace& trace);
 
 // A regex over dash-joined op names ("sigmoid-(empty_like)?-(fill_)?-(rsub|sub_)-mul"),
-// compiled to match whole names; names are compared without their "aten::" prefix.
+// compiled to match whole names; names are compared without their "aten::" prefix. It is
+// matched as an automaton over the names it mentions, so a match costs a few integer compares
+// per op and allocates nothing.
 class Pattern {
  public:
   explicit Pattern(const std::string& text);  // throws std::invalid_argument naming the position
-  ~Pattern();
-  Pattern(Pattern&&) noexcept;
-  Pattern& operator=(Pattern&&) noexcept;
   const std::string& text() const { return text_; }
-  // The longest match of the names starting at names[0], or 0. Names are already normalised.
+  // The op names the pattern mentions, each once.
+  const std::vector<std::string>& names() const { return names_; }
+  // The longest match of ops[begin..n), or 0. `name_of[op]` is the index in names() of that op's
+  // name, or −1 for a name the pattern never mentions (ops are any dense ids: a trace's strings).
+  size_t match(const uint32_t* ops, size_t n, size_t begin, const std::vector<int16_t>& name_of) const;
+  // The same over names already normalised (for tests and one-off use).
   size_t match(const std::vector<const std::string*>& names, size_t begin) const;
   // Whether a match can begin with this name (always true for a pattern that can match nothing).
   bool can_start(const std::string& name) const;
-  struct Node;
+
+  struct State {  // name ≥ 0: consume that name, go to `next`; kSplit: go to next and other
+    int name, next, other;
+  };
+  static constexpr int kSplit = -1, kAccept = -2;
 
  private:
   std::string text_;
-  std::unique_ptr<Node> root_;
-  std::vector<std::string> first_;  // the names a match can start with (a quick reject)
-  bool nullable_ = false;           // it can match nothing, so first_ does not apply
+  std::vector<std::string> names_;
+  std::vector<State> states_;
+  int start_ = 0;
+  std::vector<char> first_;  // per name: a match can begin with it (a quick reject)
+  bool nullable_ = false;    // it can match nothing, so first_ does not apply
 };
 
 enum class Shapes { any, same, broadcast };

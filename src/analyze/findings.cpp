@@ -107,7 +107,10 @@ struct Finder {
   std::vector<std::string> names;      // per string id, normalised (op names only)
   std::unordered_map<uint64_t, OpShapes> shape_cache;  // by (dims, types) string ids
   std::vector<std::vector<char>> can_start;  // per rule pattern, per string id: may a match start here
+  std::vector<std::vector<int16_t>> name_of; // per rule pattern, per string id: its index in the pattern's names
   std::vector<char> any_start;               // per string id: may any pattern start here
+  std::vector<char> elementwise;             // per string id: an elementwise op name
+  std::vector<uint32_t> ids;                 // scratch: a sequence's name ids
   std::vector<double> time;            // per event: host time, or device time on device backends
   std::vector<char> claimed;
   std::map<std::pair<std::string, std::string>, double> measured;
@@ -120,6 +123,8 @@ struct Finder {
         names[t.events[i].name] = normalise(t.strings[t.events[i].name]);
         done[t.events[i].name] = 1;
       }
+    elementwise.assign(t.strings.size(), 0);
+    for (size_t i = 0; i < t.strings.size(); ++i) elementwise[i] = elementwise_names().count(names[i]) > 0;
     time.resize(t.events.size());
     const bool device = o.backend != Backend::cpu && !m.device_lanes.empty();
     for (size_t i = 0; i < t.events.size(); ++i) time[i] = device ? 0 : t.events[i].dur;
@@ -166,27 +171,27 @@ struct Finder {
 
   // --- rule matching -----------------------------------------------------------------------
 
-  void match_sequence(const std::vector<int32_t>& seq, int32_t parent, const std::vector<Rule>& rules,
+  void match_sequence(const int32_t* seq, size_t n, int32_t parent, const std::vector<Rule>& rules,
                       std::vector<Match>& out) {
     // Most sequences (conv2d → convolution → …) hold no op any pattern starts with.
-    std::vector<uint32_t> ids(seq.size());  // in sequence order, so the scans below stay in cache
-    for (size_t i = 0; i < seq.size(); ++i) ids[i] = t.events[seq[i]].name;
-    if (std::none_of(ids.begin(), ids.end(), [&](uint32_t id) { return any_start[id]; })) return;
-    std::vector<const std::string*> seq_names(seq.size());
-    for (size_t i = 0; i < seq.size(); ++i) seq_names[i] = &names[ids[i]];
+    ids.resize(n);  // in sequence order, so the scans below stay in cache
+    bool any = false;
+    for (size_t i = 0; i < n; ++i) ids[i] = t.events[seq[i]].name, any |= any_start[ids[i]] != 0;
+    if (!any) return;
     size_t k = 0;
     for (const Rule& rule : rules)
       for (const RulePattern& rp : rule.patterns) {
-        const std::vector<char>& starts = can_start[k++];
-        for (size_t i = 0; i < seq.size();) {
+        const std::vector<char>& starts = can_start[k];
+        const std::vector<int16_t>& pattern_names = name_of[k++];
+        for (size_t i = 0; i < n;) {
           const bool try_here = starts[ids[i]] && !claimed[seq[i]];
-          const size_t len = try_here ? rp.pattern->match(seq_names, i) : 0;
+          const size_t len = try_here ? rp.pattern->match(ids.data(), n, i, pattern_names) : 0;
           if (len > 0) {
-            std::vector<int32_t> ops(seq.begin() + i, seq.begin() + i + len);
+            std::vector<int32_t> ops(seq + i, seq + i + len);
             if (acceptable(rule, rp, ops)) {
               for (int32_t e : ops) claimed[e] = 1;
               Match mt{rule.name, &rule, &rp, std::move(ops)};
-              if (parent >= 0 && len == seq.size()) mt.parent = parent;
+              if (parent >= 0 && len == n) mt.parent = parent;
               out.push_back(std::move(mt));
               i += len;
               continue;
@@ -202,9 +207,16 @@ struct Finder {
     for (const Rule& rule : rules)
       for (const RulePattern& rp : rule.patterns) {
         std::vector<char> starts(t.strings.size(), 0);
-        for (size_t i = 0; i < t.strings.size(); ++i)
-          if (!names[i].empty()) starts[i] = rp.pattern->can_start(names[i]);
+        std::vector<int16_t> index(t.strings.size(), -1);
+        const std::vector<std::string>& mentioned = rp.pattern->names();
+        for (size_t i = 0; i < t.strings.size(); ++i) {
+          if (names[i].empty()) continue;
+          starts[i] = rp.pattern->can_start(names[i]);
+          const auto it = std::find(mentioned.begin(), mentioned.end(), names[i]);
+          if (it != mentioned.end()) index[i] = static_cast<int16_t>(it - mentioned.begin());
+        }
         can_start.push_back(std::move(starts));
+        name_of.push_back(std::move(index));
       }
     any_start.assign(t.strings.size(), 0);
     for (const auto& starts : can_start)
@@ -221,38 +233,34 @@ struct Finder {
     return shapes_ok(ops, rp.shapes);
   }
 
+  // f(ops, count, parent): each thread's top-level ops (parent −1), then each op's children.
   template <class F>
   void for_each_sequence(F&& f) {
-    for (const auto& thread : m.threads) f(thread, -1);
-    std::vector<int32_t> kids;
-    for (int32_t e = 0; e < static_cast<int32_t>(t.events.size()); ++e) {
-      if (m.kind[e] != Kind::op || m.child_count(e) == 0) continue;
-      kids.assign(m.children_of(e), m.children_of(e) + m.child_count(e));
-      f(kids, e);
-    }
+    for (const auto& thread : m.threads) f(thread.data(), thread.size(), -1);
+    for (int32_t e = 0; e < static_cast<int32_t>(t.events.size()); ++e)
+      if (m.kind[e] == Kind::op && m.child_count(e) > 0) f(m.children_of(e), m.child_count(e), e);
   }
 
   // --- mining ------------------------------------------------------------------------------
 
   // Runs of consecutive unclaimed elementwise ops whose tensor inputs all have one shape.
-  void mine_sequence(const std::vector<int32_t>& seq, std::vector<Match>& out) {
-    const auto& elementwise = elementwise_names();
+  void mine_sequence(const int32_t* seq, size_t n, std::vector<Match>& out) {
     size_t i = 0;
-    while (i < seq.size()) {
-      const Shape* shape = run_shape(seq[i], elementwise);
+    while (i < n) {
+      const Shape* shape = run_shape(seq[i]);
       if (shape == nullptr) {
         ++i;
         continue;
       }
       size_t j = i + 1;
-      while (j < seq.size() && j - i < 8) {
-        const Shape* next = run_shape(seq[j], elementwise);
+      while (j < n && j - i < 8) {
+        const Shape* next = run_shape(seq[j]);
         if (next == nullptr || *next != *shape) break;
         ++j;
       }
       if (j - i >= 2) {
         Match mt;
-        mt.ops.assign(seq.begin() + i, seq.begin() + j);
+        mt.ops.assign(seq + i, seq + j);
         for (int32_t e : mt.ops) mt.key += (mt.key.empty() ? "" : "-") + name(e);
         out.push_back(std::move(mt));
       }
@@ -261,8 +269,8 @@ struct Finder {
   }
 
   // The single shape of an unclaimed elementwise op's tensor inputs, or null.
-  const Shape* run_shape(int32_t e, const std::unordered_set<std::string>& elementwise) {
-    if (!elementwise.count(name(e))) return nullptr;
+  const Shape* run_shape(int32_t e) {
+    if (!elementwise[t.events[e].name]) return nullptr;
     for (int32_t x = e; x >= 0; x = m.op_parent[x])  // inside a match (an optimizer step) is taken
       if (claimed[x]) return nullptr;
     const OpShapes& s = op_shapes(e);
@@ -428,10 +436,10 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
   Finder finder(trace, model, options);
   finder.prepare(rules);
   std::vector<Match> matches, mined;
-  finder.for_each_sequence([&](const std::vector<int32_t>& seq, int32_t parent) {
-    finder.match_sequence(seq, parent, rules, matches);
+  finder.for_each_sequence([&](const int32_t* seq, size_t n, int32_t parent) {
+    finder.match_sequence(seq, n, parent, rules, matches);
   });
-  finder.for_each_sequence([&](const std::vector<int32_t>& seq, int32_t) { finder.mine_sequence(seq, mined); });
+  finder.for_each_sequence([&](const int32_t* seq, size_t n, int32_t) { finder.mine_sequence(seq, n, mined); });
 
   std::map<std::string, Finding> by_key;
   std::map<std::string, std::map<std::string, int64_t>> where;

@@ -14,9 +14,17 @@ constexpr double kOverhang = 1.0;  // µs a child may run past its parent and st
 
 bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
+bool is_backward_name(const std::string& name) {
+  return starts_with(name, "autograd::engine::evaluate_function") || name.find("Backward") != std::string::npos;
+}
+
+// What a name or category says, decided once per string rather than once per event.
+enum NameFlag : uint8_t { step_name = 1, optimizer_name = 2, backward_name = 4 };
+
 struct Classifier {
   const Trace& trace;
   std::vector<Kind> by_category;  // per string id; Kind::other for names that are no category
+  std::vector<uint8_t> flags;     // per string id: NameFlag bits
   std::vector<int64_t> device_pids;  // Ascend: the "Ascend Hardware" process holds device tasks
   std::vector<int64_t> cann_pids;    // and "CANN" the runtime calls that enqueue them
 
@@ -28,9 +36,14 @@ struct Classifier {
         {"gpu_memset", Kind::device},  {"Memcpy", Kind::device},       {"Memset", Kind::device},
         {"cuda_runtime", Kind::runtime}, {"cuda_driver", Kind::runtime}, {"Runtime", Kind::runtime}};
     by_category.assign(t.strings.size(), Kind::other);
-    for (size_t i = 0; i < t.strings.size(); ++i)
+    flags.assign(t.strings.size(), 0);
+    for (size_t i = 0; i < t.strings.size(); ++i) {
+      const std::string& s = t.strings[i];
       for (const auto& [name, kind] : table)
-        if (t.strings[i] == name) by_category[i] = kind;
+        if (s == name) by_category[i] = kind;
+      flags[i] = (starts_with(s, "ProfilerStep#") ? step_name : 0) | (starts_with(s, "Optimizer.") ? optimizer_name : 0) |
+                 (is_backward_name(s) ? backward_name : 0);
+    }
     for (const auto& [pid, name] : t.process_names) {
       if (name == "Ascend Hardware") device_pids.push_back(pid);
       if (name == "CANN") cann_pids.push_back(pid);
@@ -40,14 +53,50 @@ struct Classifier {
   Kind operator()(const Event& e) const {
     if (e.phase == 's' || e.phase == 'f' || e.phase == 't') return Kind::flow;
     if (e.phase != 'X') return Kind::other;
-    const std::string& name = trace.strings[e.name];
-    if (starts_with(name, "ProfilerStep#")) return Kind::step;
-    if (starts_with(name, "Optimizer.")) return Kind::op;  // record_function scopes in Kineto, ops in Ascend
-    if (std::find(device_pids.begin(), device_pids.end(), e.pid) != device_pids.end()) return Kind::device;
-    if (std::find(cann_pids.begin(), cann_pids.end(), e.pid) != cann_pids.end()) return Kind::runtime;
+    if (flags[e.name] & step_name) return Kind::step;
+    if (flags[e.name] & optimizer_name) return Kind::op;  // record_function scopes in Kineto, ops in Ascend
+    if (!device_pids.empty() && std::find(device_pids.begin(), device_pids.end(), e.pid) != device_pids.end())
+      return Kind::device;
+    if (!cann_pids.empty() && std::find(cann_pids.begin(), cann_pids.end(), e.pid) != cann_pids.end())
+      return Kind::runtime;
     if (e.category == 0) return Kind::op;  // the legacy profiler writes no categories
     return by_category[e.category];
   }
+};
+
+// int64 id → event index, open addressing: built and probed once per event, where
+// std::unordered_map's node per entry cost more than the rest of the model.
+class IdIndex {
+ public:
+  explicit IdIndex(size_t expected) {
+    while ((size_t{1} << bits_) < 2 * expected) ++bits_;
+    slots_.assign(size_t{1} << bits_, {kEmpty, -1});
+  }
+  // Keeps the first index stored for `id`, as std::unordered_map::emplace does.
+  void emplace(int64_t id, int32_t index) {
+    Slot& s = slot(id);
+    if (s.id == kEmpty) s = {id, index};
+  }
+  void assign(int64_t id, int32_t index) { slot(id) = {id, index}; }
+  int32_t find(int64_t id) const {
+    const Slot& s = const_cast<IdIndex*>(this)->slot(id);
+    return s.id == kEmpty ? -1 : s.index;
+  }
+
+ private:
+  static constexpr int64_t kEmpty = INT64_MIN;  // ids stored here are ≥ 0
+  struct Slot {
+    int64_t id;
+    int32_t index;
+  };
+  Slot& slot(int64_t id) {
+    const size_t mask = slots_.size() - 1;
+    size_t i = static_cast<size_t>(static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull >> (64 - bits_));
+    while (slots_[i].id != kEmpty && slots_[i].id != id) i = (i + 1) & mask;
+    return slots_[i];
+  }
+  int bits_ = 4;
+  std::vector<Slot> slots_;
 };
 
 using Lane = std::vector<int32_t>;
@@ -60,10 +109,14 @@ struct Builder {
 
   std::map<std::pair<int64_t, int64_t>, Lane> lanes(bool device) {
     std::map<std::pair<int64_t, int64_t>, Lane> out;
+    std::pair<int64_t, int64_t> last_key{0, 0};
+    Lane* last = nullptr;  // events come in runs from one thread: look its lane up once per run
     for (int32_t i = 0; i < static_cast<int32_t>(trace.events.size()); ++i) {
       const Kind k = m.kind[i];
       if (k == Kind::flow || trace.events[i].phase != 'X' || (k == Kind::device) != device) continue;
-      out[{trace.events[i].pid, trace.events[i].tid}].push_back(i);
+      const std::pair<int64_t, int64_t> key{trace.events[i].pid, trace.events[i].tid};
+      if (last == nullptr || key != last_key) last = &out[key], last_key = key;
+      last->push_back(i);
     }
     // Parents first: by start, then longest; writers mostly emit that order already.
     auto before = [&](int32_t a, int32_t b) {
@@ -121,10 +174,6 @@ struct Builder {
   }
 };
 
-bool is_backward_name(const std::string& name) {
-  return starts_with(name, "autograd::engine::evaluate_function") || name.find("Backward") != std::string::npos;
-}
-
 }  // namespace
 
 Model build_model(const Trace& trace) {
@@ -165,20 +214,23 @@ Model build_model(const Trace& trace) {
 
   // Launches: a kernel's correlation names the runtime call (Kineto), or its external id the op
   // (1.8 era); Ascend links op → task with torch_to_npu flows, and forward → backward by fwdbwd.
-  std::unordered_map<int64_t, int32_t> runtime_by_correlation, op_by_external_id;
-  for (size_t i = 0; i < n; ++i) {
-    const Event& e = trace.events[i];
-    if (m.kind[i] == Kind::runtime && e.correlation >= 0) runtime_by_correlation[e.correlation] = static_cast<int32_t>(i);
-    if (m.kind[i] == Kind::op && e.external_id >= 0) op_by_external_id.emplace(e.external_id, static_cast<int32_t>(i));
-  }
-  for (const Lane& lane : m.device_lanes)
-    for (int32_t i : lane) {
+  if (!m.device_lanes.empty()) {
+    size_t runtimes = 0, ops = 0;
+    for (size_t i = 0; i < n; ++i) runtimes += m.kind[i] == Kind::runtime, ops += m.kind[i] == Kind::op;
+    IdIndex runtime_by_correlation(runtimes), op_by_external_id(ops);
+    for (size_t i = 0; i < n; ++i) {
       const Event& e = trace.events[i];
-      if (auto r = runtime_by_correlation.find(e.correlation); e.correlation >= 0 && r != runtime_by_correlation.end())
-        m.launcher[i] = m.op_parent[r->second];
-      else if (auto o = op_by_external_id.find(e.external_id); e.external_id >= 0 && o != op_by_external_id.end())
-        m.launcher[i] = o->second;
+      if (m.kind[i] == Kind::runtime && e.correlation >= 0) runtime_by_correlation.assign(e.correlation, static_cast<int32_t>(i));
+      if (m.kind[i] == Kind::op && e.external_id >= 0) op_by_external_id.emplace(e.external_id, static_cast<int32_t>(i));
     }
+    for (const Lane& lane : m.device_lanes)
+      for (int32_t i : lane) {
+        const Event& e = trace.events[i];
+        const int32_t runtime = e.correlation >= 0 ? runtime_by_correlation.find(e.correlation) : -1;
+        if (runtime >= 0) m.launcher[i] = m.op_parent[runtime];
+        else if (e.external_id >= 0) m.launcher[i] = op_by_external_id.find(e.external_id);
+      }
+  }
 
   struct FlowEnds {
     int32_t from = -1, to = -1;
@@ -213,17 +265,21 @@ Model build_model(const Trace& trace) {
     const int32_t fwd = op_of_flow_end(ends.from), bwd = op_of_flow_end(ends.to);
     if (fwd >= 0 && bwd >= 0) m.forward[bwd] = fwd;
   }
-  if (fwdbwd_flows.empty()) {  // older traces: match Sequence numbers instead
-    std::unordered_map<int64_t, int32_t> forward_by_sequence;
-    std::vector<int32_t> ops;
-    for (const auto& [key, lane] : host)
+  if (fwdbwd_flows.empty()) {  // older traces: match Sequence numbers instead, in time order
+    std::vector<std::pair<double, int32_t>> ops;
+    size_t lanes_with_ops = 0;
+    for (const auto& [key, lane] : host) {
+      const size_t before = ops.size();
       for (int32_t i : lane)
-        if (m.kind[i] == Kind::op && trace.events[i].sequence_nr >= 0) ops.push_back(i);
-    std::sort(ops.begin(), ops.end(), [&](int32_t a, int32_t c) { return trace.events[a].ts < trace.events[c].ts; });
-    for (int32_t i : ops) {
+        if (m.kind[i] == Kind::op && trace.events[i].sequence_nr >= 0) ops.emplace_back(trace.events[i].ts, i);
+      lanes_with_ops += ops.size() > before;
+    }
+    if (lanes_with_ops > 1) std::sort(ops.begin(), ops.end());  // one lane is in time order already
+    IdIndex forward_by_sequence(ops.size());
+    for (const auto& [ts, i] : ops) {
       const int64_t seq = trace.events[i].sequence_nr;
-      if (!is_backward_name(trace.strings[trace.events[i].name])) forward_by_sequence.emplace(seq, i);
-      else if (auto f = forward_by_sequence.find(seq); f != forward_by_sequence.end()) m.forward[i] = f->second;
+      if (!(classify.flags[trace.events[i].name] & backward_name)) forward_by_sequence.emplace(seq, i);
+      else m.forward[i] = forward_by_sequence.find(seq);
     }
   }
   return m;

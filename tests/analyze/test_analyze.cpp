@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 
@@ -39,6 +41,73 @@ TEST(Pattern, BadPatternsNameTheirPosition) {
       ADD_FAILURE() << bad;
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find("at character"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Pattern, RepeatsThatWouldExhaustMemoryAreAnError) {
+  try {
+    Pattern p("a-((b-c){999}){999}");
+    ADD_FAILURE();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("too large at character"), std::string::npos) << e.what();
+  }
+}
+
+// A random pattern over names a..d: the same text as an op pattern and as a POSIX regex over one
+// letter per op (POSIX, because it finds the longest match, as patterns do).
+struct RandomPattern {
+  std::mt19937& rng;
+  std::string ops, posix;
+
+  void piece(int depth) {
+    // One level of groups: libstdc++'s POSIX regex backtracks exponentially on deeper nests.
+    const int what = static_cast<int>(rng() % (depth > 0 ? 1 : 3));
+    if (what == 0) {
+      const char c = static_cast<char>('a' + rng() % 4);
+      ops += c, posix += c;
+    } else {
+      ops += '(', posix += '(';
+      choice(depth + 1);
+      ops += ')', posix += ')';
+    }
+    static const char* quantifiers[] = {"", "", "", "?", "*", "+", "{2}", "{0,2}", "{1,3}", "{2,}"};
+    const char* q = quantifiers[rng() % 10];
+    ops += q, posix += q;
+  }
+  void sequence(int depth) {
+    const int n = 1 + static_cast<int>(rng() % 3);
+    for (int i = 0; i < n; ++i) {
+      if (i > 0) ops += '-';
+      piece(depth);
+    }
+  }
+  void choice(int depth) {
+    const int n = 1 + static_cast<int>(rng() % 2);
+    for (int i = 0; i < n; ++i) {
+      if (i > 0) ops += '|', posix += '|';
+      sequence(depth);
+    }
+  }
+};
+
+TEST(Pattern, LongestMatchAgreesWithPosixRegexOnRandomPatterns) {
+  std::mt19937 rng(std::random_device{}());
+  for (int round = 0; round < 300; ++round) {
+    RandomPattern r{rng};
+    r.choice(0);
+    const Pattern pattern(r.ops);
+    const std::regex posix(r.posix, std::regex::extended);
+    for (int k = 0; k < 20; ++k) {
+      std::string letters;
+      for (size_t n = rng() % 9; n > 0; --n) letters += static_cast<char>('a' + rng() % 5);  // 'e': never named
+      std::vector<std::string> names;
+      for (char c : letters) names.emplace_back(1, c);
+      const size_t begin = letters.empty() ? 0 : rng() % letters.size();
+      size_t expected = 0;
+      for (size_t len = letters.size() - begin; len > 0 && expected == 0; --len)
+        if (std::regex_match(letters.substr(begin, len), posix)) expected = len;
+      EXPECT_EQ(match(r.ops, names, begin), expected) << r.ops << " on " << letters << " from " << begin;
     }
   }
 }
