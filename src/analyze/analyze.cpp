@@ -1,6 +1,7 @@
 // Trace → Analysis: the summary and op table here; findings in findings.cpp.
 #include <algorithm>
-#include <unordered_map>
+#include <exception>
+#include <thread>
 
 #include "analyze/findings.h"
 #include "opfuse/stats.h"
@@ -65,13 +66,13 @@ std::vector<OpStat> op_table(const Trace& t, const Model& m) {
   for (const auto& lane : m.device_lanes)
     for (int32_t k : lane)
       if (m.launcher[k] >= 0) device[m.launcher[k]] += t.events[k].dur;
-  std::unordered_map<uint32_t, size_t> row;
+  std::vector<int32_t> row(t.strings.size(), -1);  // per name id
   std::vector<OpStat> ops;
   for (size_t i = 0; i < n; ++i) {
     if (m.kind[i] != Kind::op) continue;
-    auto [it, fresh] = row.try_emplace(t.events[i].name, ops.size());
-    if (fresh) ops.push_back({t.strings[t.events[i].name]});
-    OpStat& s = ops[it->second];
+    int32_t& r = row[t.events[i].name];
+    if (r < 0) r = static_cast<int32_t>(ops.size()), ops.push_back({t.strings[t.events[i].name]});
+    OpStat& s = ops[r];
     s.count += 1;
     s.total_us += t.events[i].dur;
     s.self_us += std::max(0.0, self[i]);
@@ -97,9 +98,24 @@ Backend detect_backend(const Trace& trace) {
 Analysis analyze(const Trace& trace, const std::string& path, const std::vector<Rule>& rules, const Options& options) {
   const Model model = trace::build_model(trace);
   Analysis a;
-  a.trace = summarise(trace, model, path, options.backend);
-  a.ops = op_table(trace, model);
-  a.findings = find_fusions(trace, model, rules, options);
+  // The op table and summary on a second core while the findings (which may time ops) run here.
+  std::exception_ptr failed;
+  std::thread tables([&] {
+    try {
+      a.trace = summarise(trace, model, path, options.backend);
+      a.ops = op_table(trace, model);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  });
+  try {
+    a.findings = find_fusions(trace, model, rules, options);
+  } catch (...) {
+    tables.join();
+    throw;
+  }
+  tables.join();
+  if (failed) std::rethrow_exception(failed);
   return a;
 }
 

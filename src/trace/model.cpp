@@ -100,6 +100,7 @@ class IdIndex {
 };
 
 using Lane = std::vector<int32_t>;
+using Lanes = std::map<std::pair<int64_t, int64_t>, Lane>;  // by (pid, tid)
 
 struct Builder {
   const Trace& trace;
@@ -107,15 +108,19 @@ struct Builder {
 
   double end(int32_t i) const { return trace.events[i].ts + trace.events[i].dur; }
 
-  std::map<std::pair<int64_t, int64_t>, Lane> lanes(bool device) {
-    std::map<std::pair<int64_t, int64_t>, Lane> out;
+  // Classifies every event and files each slice into its thread's (or stream's) lane, in one pass.
+  void classify_into_lanes(const Classifier& classify, Lanes& host, Lanes& device) {
     std::pair<int64_t, int64_t> last_key{0, 0};
     Lane* last = nullptr;  // events come in runs from one thread: look its lane up once per run
+    bool last_device = false;
     for (int32_t i = 0; i < static_cast<int32_t>(trace.events.size()); ++i) {
-      const Kind k = m.kind[i];
-      if (k == Kind::flow || trace.events[i].phase != 'X' || (k == Kind::device) != device) continue;
-      const std::pair<int64_t, int64_t> key{trace.events[i].pid, trace.events[i].tid};
-      if (last == nullptr || key != last_key) last = &out[key], last_key = key;
+      const Event& e = trace.events[i];
+      const Kind k = m.kind[i] = classify(e);
+      if (k == Kind::flow || e.phase != 'X') continue;
+      const std::pair<int64_t, int64_t> key{e.pid, e.tid};
+      const bool on_device = k == Kind::device;
+      if (last == nullptr || key != last_key || on_device != last_device)
+        last = &(on_device ? device : host)[key], last_key = key, last_device = on_device;
       last->push_back(i);
     }
     // Parents first: by start, then longest; writers mostly emit that order already.
@@ -123,9 +128,9 @@ struct Builder {
       const Event &x = trace.events[a], &y = trace.events[b];
       return x.ts != y.ts ? x.ts < y.ts : x.dur > y.dur;
     };
-    for (auto& [key, lane] : out)
-      if (!std::is_sorted(lane.begin(), lane.end(), before)) std::stable_sort(lane.begin(), lane.end(), before);
-    return out;
+    for (Lanes* lanes : {&host, &device})
+      for (auto& [key, lane] : *lanes)
+        if (!std::is_sorted(lane.begin(), lane.end(), before)) std::stable_sort(lane.begin(), lane.end(), before);
   }
 
   // A slice that starts inside another but ends after it is not nested: it is counted and
@@ -183,13 +188,11 @@ Model build_model(const Trace& trace) {
   m.parent.assign(n, -1), m.op_parent.assign(n, -1), m.annotation.assign(n, -1);
   m.launcher.assign(n, -1), m.forward.assign(n, -1);
   const Classifier classify(trace);
-  for (size_t i = 0; i < n; ++i) m.kind[i] = classify(trace.events[i]);
-
   Builder b{trace, m};
-  auto host = b.lanes(false);
+  Lanes host, device;
+  b.classify_into_lanes(classify, host, device);
   for (auto& [key, lane] : host) b.nest(lane);
-  auto device = b.lanes(true);
-  for (auto& [key, lane] : device) m.device_lanes.push_back(lane);
+  for (auto& [key, lane] : device) m.device_lanes.push_back(std::move(lane));
 
   // Op children, grouped by parent in time order; and each thread's top-level ops.
   std::vector<int32_t> count(n + 1, 0);
