@@ -7,6 +7,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -57,10 +58,97 @@ double parse_double(std::string_view text) {
   return d;
 }
 
+// [[4, 3, 64, 64], [], [16]] → "4,3,64,64;;16"; nested lists (TensorList inputs) become "*".
+void join_dims(simdjson::ondemand::array inputs, std::string& out) {
+  out.clear();
+  bool first_input = true;
+  for (auto input : inputs) {
+    if (!first_input) out += ';';
+    first_input = false;
+    value in = input.value();
+    if (in.type() != json_type::array) continue;
+    bool first_dim = true;
+    for (auto dim : in.get_array()) {
+      if (!first_dim) out += ',';
+      first_dim = false;
+      value d = dim.value();
+      if (d.type() != json_type::number) {
+        out += '*';
+        continue;
+      }
+      char digits[24];
+      const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, to_int64(d.get_double()));
+      out.append(digits, end);
+    }
+  }
+}
+
+// ["Float", "Scalar", ""] → "Float;Scalar;".
+void join_types(simdjson::ondemand::array items, std::string& out) {
+  out.clear();
+  bool first = true;
+  for (auto item : items) {
+    if (!first) out += ';';
+    first = false;
+    value t = item.value();
+    if (t.type() == json_type::string) out += t.get_string().value();
+  }
+}
+
+// "Input Dims" and "Input type" repeat the same few hundred arrays across a whole trace, so each
+// array's raw text is normalised once per thread and remembered: the normal form depends on the
+// text alone. An entry also keeps its string id in the chunk that last used it, so a repeat
+// within a chunk costs one hash of the raw text.
+class RawCache {
+ public:
+  using Join = void (*)(simdjson::ondemand::array, std::string&);
+  explicit RawCache(Join join) : join_(join) {}
+
+  uint32_t id(std::string_view raw, Trace& trace, uint64_t chunk) {
+    if (raws_.size() > kMaxEntries) *this = RawCache(join_);
+    const uint32_t k = raws_.intern(raw);
+    if (k == entries_.size()) entries_.emplace_back();
+    Entry& e = entries_[k];
+    if (!e.ready) normalise(raw, e);
+    if (!e.bad.empty()) throw BadEvent(e.bad);
+    if (e.chunk != chunk) e.chunk = chunk, e.id = trace.intern(e.normal);
+    return e.id;
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1 << 16;
+  struct Entry {
+    bool ready = false;
+    std::string normal, bad;  // bad: why an event with this array is skipped
+    uint64_t chunk = 0;
+    uint32_t id = 0;
+  };
+
+  // The array parsed on its own, as the reader would have parsed it in place. A malformed one
+  // throws simdjson's error, which fails the document as it would have anyway.
+  void normalise(std::string_view raw, Entry& e) {
+    thread_local simdjson::ondemand::parser parser;
+    const simdjson::padded_string text(raw);
+    simdjson::ondemand::document doc = parser.iterate(text);
+    try {
+      join_(doc.get_array(), e.normal);
+    } catch (const BadEvent& why) {
+      e.bad = why.what();
+    }
+    e.ready = true;
+  }
+
+  Join join_;
+  Strings raws_;
+  std::vector<Entry> entries_ = std::vector<Entry>(1);  // as raws_, which starts with ""
+};
+
+std::atomic<uint64_t> next_chunk{1};
+
 struct Reader {
   Trace& trace;
   bool have_origin = false;
-  std::string scratch;  // reused for joined Input Dims / Input type
+  uint64_t chunk = next_chunk++;  // names this parse in the raw caches
 
   // "1704161511420306.491" (quoted or not) → microseconds since the origin: the whole part is
   // subtracted as an integer, then the fraction added, so it keeps its digits.
@@ -135,44 +223,21 @@ struct Reader {
     return trace.intern(v.get_string().value());
   }
 
-  // [[4, 3, 64, 64], [], [16]] → "4,3,64,64;;16"; nested lists (TensorList inputs) become "*".
-  uint32_t dims(value v) {
-    if (v.type() != json_type::array) return 0;
-    scratch.clear();
-    bool first_input = true;
-    for (auto input : v.get_array()) {
-      if (!first_input) scratch += ';';
-      first_input = false;
-      value in = input.value();
-      if (in.type() != json_type::array) continue;
-      bool first_dim = true;
-      for (auto dim : in.get_array()) {
-        if (!first_dim) scratch += ',';
-        first_dim = false;
-        value d = dim.value();
-        if (d.type() != json_type::number) {
-          scratch += '*';
-          continue;
-        }
-        char digits[24];
-        const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, to_int64(d.get_double()));
-        scratch.append(digits, end);
-      }
-    }
-    return trace.intern(scratch);
-  }
+  uint32_t dims(value v) { return cached(v, dims_cache()); }
+  uint32_t types(value v) { return cached(v, types_cache()); }
 
-  uint32_t types(value v) {
+  static RawCache& dims_cache() {
+    thread_local RawCache cache(join_dims);
+    return cache;
+  }
+  static RawCache& types_cache() {
+    thread_local RawCache cache(join_types);
+    return cache;
+  }
+  uint32_t cached(value v, RawCache& cache) {
     if (v.type() != json_type::array) return 0;
-    scratch.clear();
-    bool first = true;
-    for (auto item : v.get_array()) {
-      if (!first) scratch += ';';
-      first = false;
-      value t = item.value();
-      if (t.type() == json_type::string) scratch += t.get_string().value();
-    }
-    return trace.intern(scratch);
+    simdjson::ondemand::array a = v.get_array();
+    return cache.id(a.raw_json().value(), trace, chunk);
   }
 
   // Only the innermost frames locate an op; Ascend separates frames with ";\r\n".
@@ -269,7 +334,7 @@ int64_t invalid_utf8_offset(std::string_view s) {
 Trace parse(Document& in) {
   Trace trace;
   trace.events.reserve(in.json.size() / 160);  // about the smallest event a profiler writes
-  Reader reader{trace, in.has_origin, {}};
+  Reader reader{trace, in.has_origin};
   trace.origin_us = in.origin_us;
   thread_local simdjson::ondemand::parser parser;  // its buffers are reused chunk after chunk
   simdjson::ondemand::document doc;

@@ -26,6 +26,7 @@
 
 #include "trace/chunked.h"
 #include "trace/document.h"
+#include "trace/huge_pages.h"
 
 namespace opfuse::trace {
 namespace {
@@ -184,6 +185,7 @@ void merge(Trace& into, std::vector<Trace>& parts) {
     for (size_t i = 0; i < part.strings.size(); ++i) maps[p].push_back(into.intern(part.strings[i]));
     offset[p + 1] = offset[p] + part.events.size();
   }
+  detail::reserve_huge(into.events, offset.back());
   into.events.resize(offset.back());
   run_parallel(parts.size(), [&](size_t p) {
     const std::vector<uint32_t>& map = maps[p];
