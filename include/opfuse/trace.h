@@ -38,8 +38,8 @@ class Strings {
 
  private:
   void grow();
-  std::deque<std::string> strings_;  // a deque: the views in slots_ must not move
-  std::vector<uint32_t> slots_;      // open addressing: string index + 1, 0 when empty
+  std::deque<std::string> strings_;  // a deque: references handed out must not move
+  std::vector<uint64_t> slots_;      // open addressing: hash tag | string index + 1, 0 when empty
 };
 
 struct Trace {

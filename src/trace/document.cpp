@@ -145,6 +145,17 @@ class RawCache {
 
 std::atomic<uint64_t> next_chunk{1};
 
+// "491" after the point → 0.491: the digits as an integer over a power of ten, one rounding.
+double decimal_fraction(std::string_view digits) {
+  static constexpr double kPowers[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                       1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18};
+  if (digits.empty()) return 0;
+  if (digits.size() > 18) digits = digits.substr(0, 18);  // beyond a double's precision anyway
+  uint64_t n = 0;
+  for (char c : digits) n = n * 10 + static_cast<uint64_t>(c - '0');
+  return static_cast<double>(n) / kPowers[digits.size()];
+}
+
 struct Reader {
   Trace& trace;
   bool have_origin = false;
@@ -177,11 +188,7 @@ struct Reader {
     const char* whole_end = text.data() + (dot == std::string_view::npos ? text.size() : dot);
     const auto [end, ec] = std::from_chars(text.data(), whole_end, whole);
     if (ec != std::errc() || end != whole_end) throw BadEvent(fmt::format("bad timestamp '{}'", text));
-    double fraction = 0;
-    if (!digits.empty()) {
-      fraction = parse_double(digits);
-      for (size_t i = 0; i < digits.size(); ++i) fraction /= 10;
-    }
+    const double fraction = decimal_fraction(digits);
     if (!have_origin) set_origin(whole);
     const int64_t since = microseconds_between(whole, trace.origin_us);
     return static_cast<double>(since) + (text.front() == '-' ? -fraction : fraction);

@@ -1,6 +1,6 @@
 // Trace files → Trace. A large file's event array is cut into chunks at event boundaries and
-// the chunks are parsed on all cores, each into its own string table, then merged in file
-// order. A plain file is mapped, not read: each chunk is copied out into a padded buffer and
+// the chunks are parsed on all cores, each into its own string table, and merged in file order
+// as they finish. A plain file is mapped, not read: each chunk is copied out into a padded buffer and
 // its pages handed back, so the file is never resident in this process all at once. A short first chunk is parsed before the others: its first timestamp is the origin
 // they all measure from, so every ts is the same double as in a one-piece parse. A cut is only
 // ever a guess (a "},{" could sit inside a string); a wrong one makes its chunk fail to parse,
@@ -15,12 +15,14 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <cstdio>
 #include <exception>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -174,40 +176,60 @@ bool run_parallel(size_t n, const std::function<void(size_t)>& task) {
   return !failed;
 }
 
-// Chunk strings are re-interned into the merged table, string ids in pids, tids and flow ids
-// too; the events are then copied into place on all cores, each chunk freed once copied. All
-// chunks measured from the file's origin, so timestamps need no shift.
-void merge(Trace& into, std::vector<Trace>& parts) {
-  std::vector<std::vector<uint32_t>> maps(parts.size());
-  std::vector<size_t> offset(parts.size() + 1, 0);
-  for (size_t p = 0; p < parts.size(); ++p) {
-    Trace& part = parts[p];
-    for (size_t i = 0; i < part.strings.size(); ++i) maps[p].push_back(into.intern(part.strings[i]));
-    offset[p + 1] = offset[p] + part.events.size();
+// Chunks go into the merged trace in file order as soon as they and every chunk before them
+// are parsed, placed by whichever worker finished the last of them. A chunk's strings are
+// re-interned into the merged table (string ids in pids, tids and flow ids too), so ids come out
+// in file order, as in a one-piece parse. A placed chunk is freed at once: the chunks after it
+// reuse its memory instead of faulting in fresh pages, and the parsed chunks are never all held
+// beside the merged events. All chunks measured from the file's origin: timestamps need no shift.
+class Merger {
+ public:
+  Merger(Trace& into, std::vector<Trace>& parts, const std::vector<size_t>& starts)
+      : into_(into), parts_(parts), starts_(starts), parsed_(parts.size(), 0) {}
+
+  void parsed(size_t p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    parsed_[p] = 1;
+    if (into_.events.capacity() == 0) reserve_for(p);
+    while (next_ < parts_.size() && parsed_[next_]) place(next_++);
   }
-  detail::reserve_huge(into.events, offset.back());
-  into.events.resize(offset.back());
-  run_parallel(parts.size(), [&](size_t p) {
-    const std::vector<uint32_t>& map = maps[p];
-    auto id = [&](int64_t v) { return v < 0 ? -1 - static_cast<int64_t>(map[-1 - v]) : v; };
-    Event* out = into.events.data() + offset[p];
-    for (Event e : parts[p].events) {
-      e.name = map[e.name], e.category = map[e.category], e.module = map[e.module];
-      e.dims = map[e.dims], e.types = map[e.types], e.stack = map[e.stack];
+  bool complete() const { return next_ == parts_.size(); }
+
+ private:
+  // The file's events, guessed from the first parsed chunk's bytes per event, with some room.
+  void reserve_for(size_t p) {
+    const double per_event = static_cast<double>(starts_[p + 1] - starts_[p]) / std::max<size_t>(1, parts_[p].events.size());
+    const double total = static_cast<double>(starts_.back() - starts_.front()) / per_event;
+    detail::reserve_huge(into_.events, static_cast<size_t>(total * 1.2) + 4096);
+  }
+
+  void place(size_t p) {
+    Trace& part = parts_[p];
+    map_.resize(part.strings.size());
+    for (size_t i = 0; i < part.strings.size(); ++i) map_[i] = into_.intern(part.strings[i]);
+    auto id = [&](int64_t v) { return v < 0 ? -1 - static_cast<int64_t>(map_[-1 - v]) : v; };
+    for (Event e : part.events) {
+      e.name = map_[e.name], e.category = map_[e.category], e.module = map_[e.module];
+      e.dims = map_[e.dims], e.types = map_[e.types], e.stack = map_[e.stack];
       e.pid = id(e.pid), e.tid = id(e.tid), e.flow_id = id(e.flow_id);
-      *out++ = e;
+      into_.events.push_back(e);
     }
-    std::vector<Event>().swap(parts[p].events);
-  });
-  for (size_t p = 0; p < parts.size(); ++p) {
-    auto id = [&](int64_t v) { return v < 0 ? -1 - static_cast<int64_t>(maps[p][-1 - v]) : v; };
-    for (auto& [pid, n] : parts[p].process_names) into.process_names[id(pid)] = n;
-    for (auto& [tid, n] : parts[p].thread_names) into.thread_names[id(tid)] = n;
-    into.skipped += parts[p].skipped;
-    for (auto& w : parts[p].warnings)
-      if (into.warnings.size() < 5) into.warnings.push_back(std::move(w));
+    for (auto& [pid, n] : part.process_names) into_.process_names[id(pid)] = n;
+    for (auto& [tid, n] : part.thread_names) into_.thread_names[id(tid)] = n;
+    into_.skipped += part.skipped;
+    for (auto& w : part.warnings)
+      if (into_.warnings.size() < 5) into_.warnings.push_back(std::move(w));
+    part = Trace();
   }
-}
+
+  Trace& into_;
+  std::vector<Trace>& parts_;
+  const std::vector<size_t>& starts_;
+  std::vector<char> parsed_;
+  size_t next_ = 0;
+  std::vector<uint32_t> map_;
+  std::mutex mutex_;
+};
 
 // A file's bytes, mapped read-only (gzip files are inflated into `inflated` instead). Pages are
 // handed back once parsed: a private file mapping reads them again from the page cache if they
@@ -246,6 +268,7 @@ bool parse_in_chunks(std::string_view json, const std::string& name, size_t chun
   const std::vector<size_t> starts = chunk_starts(json, begin, end, chunk_bytes);
   if (starts.size() < 3) return false;
   std::vector<Trace> parts(starts.size() - 1);
+  Merger merger(trace, parts, starts);
   bool has_origin = false;
   int64_t origin_us = 0;
   auto parse_chunk = [&](size_t i) {
@@ -255,14 +278,15 @@ bool parse_in_chunks(std::string_view json, const std::string& name, size_t chun
     Document doc{text, name, static_cast<int64_t>(starts[i]) - 1, has_origin, origin_us};
     parts[i] = parse_document(doc);
     if (!has_origin) has_origin = doc.has_origin, origin_us = doc.origin_us;
+    merger.parsed(i);
   };
   // One by one up to the first chunk with a timestamp, then the rest in parallel from its origin.
   size_t next = 0;
   for (; next < parts.size() && !has_origin; ++next)
     if (!run_parallel(1, [&](size_t) { parse_chunk(next); })) return false;
   if (!run_parallel(parts.size() - next, [&](size_t i) { parse_chunk(next + i); })) return false;
+  if (!merger.complete()) return false;
   trace.chunks = static_cast<int>(parts.size());
-  merge(trace, parts);
   trace.origin_us = origin_us;
   return true;
 }
@@ -402,30 +426,62 @@ const char* dialect_name(Dialect d) {
   return "Chrome trace (unrecognised producer)";
 }
 
+namespace {
+
+// Trace strings are short (op names, dims): a word at a time, with no call into libstdc++.
+uint64_t hash_of(std::string_view s) {
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t n = s.size();
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ n, w = 0;
+  for (; n >= 8; p += 8, n -= 8) {
+    std::memcpy(&w, p, 8);
+    h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+  }
+  if (n >= 4) {
+    uint32_t a, b;
+    std::memcpy(&a, p, 4), std::memcpy(&b, p + n - 4, 4);
+    w = uint64_t{a} << 32 | b;
+  } else if (n > 0) {
+    w = uint64_t{p[0]} << 16 | uint64_t{p[n / 2]} << 8 | p[n - 1];
+  } else {
+    return h;
+  }
+  h = (h ^ w) * 0x94D049BB133111EBull;
+  return h ^ (h >> 29);
+}
+
+}  // namespace
+
 Strings::Strings() : slots_(64, 0) { intern(""); }
 
+// A slot holds the string's index + 1 in its low half and its hash's top half above it, so a
+// probe compares strings only when the hashes agree.
 uint32_t Strings::intern(std::string_view s) {
+  const uint64_t h = hash_of(s);
+  const uint64_t tag = h >> 32 << 32;
   const size_t mask = slots_.size() - 1;
-  for (size_t i = std::hash<std::string_view>{}(s) & mask;; i = (i + 1) & mask) {
-    const uint32_t slot = slots_[i];
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
+    const uint64_t slot = slots_[i];
     if (slot == 0) {
       const auto id = static_cast<uint32_t>(strings_.size());
       strings_.emplace_back(s);
-      slots_[i] = id + 1;
+      slots_[i] = tag | (id + 1);
       if (strings_.size() * 2 > slots_.size()) grow();
       return id;
     }
-    if (strings_[slot - 1] == s) return slot - 1;
+    const auto id = static_cast<uint32_t>(slot) - 1;
+    if ((slot & ~uint64_t{0xFFFFFFFF}) == tag && strings_[id] == s) return id;
   }
 }
 
 void Strings::grow() {
-  std::vector<uint32_t> old(slots_.size() * 2, 0);
+  std::vector<uint64_t> old(slots_.size() * 2, 0);
   old.swap(slots_);
   const size_t mask = slots_.size() - 1;
-  for (uint32_t slot : old) {
+  for (uint64_t slot : old) {
     if (slot == 0) continue;
-    size_t i = std::hash<std::string_view>{}(strings_[slot - 1]) & mask;
+    size_t i = hash_of(strings_[static_cast<uint32_t>(slot) - 1]) & mask;
     while (slots_[i] != 0) i = (i + 1) & mask;
     slots_[i] = slot;
   }
