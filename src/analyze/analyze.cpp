@@ -59,7 +59,7 @@ Summary summarise(const Trace& t, const Model& m, const std::string& path, Backe
 // Per op name: count, inclusive and self time, and the device time of what it launched.
 std::vector<OpStat> op_table(const Trace& t, const Model& m) {
   const size_t n = t.events.size();
-  std::vector<double> self(n, 0), device(n, 0);
+  std::vector<double> self(n), device(m.device_lanes.empty() ? 0 : n, 0);
   for (size_t i = 0; i < n; ++i) self[i] = t.events[i].dur;
   for (size_t i = 0; i < n; ++i)
     if (m.parent[i] >= 0 && m.kind[i] != Kind::device) self[m.parent[i]] -= t.events[i].dur;
@@ -76,7 +76,7 @@ std::vector<OpStat> op_table(const Trace& t, const Model& m) {
     s.count += 1;
     s.total_us += t.events[i].dur;
     s.self_us += std::max(0.0, self[i]);
-    s.device_us += device[i];
+    if (!device.empty()) s.device_us += device[i];
   }
   std::stable_sort(ops.begin(), ops.end(), [](const OpStat& a, const OpStat& b) { return a.self_us > b.self_us; });
   return ops;

@@ -111,7 +111,7 @@ struct Finder {
   std::vector<char> any_start;               // per string id: may any pattern start here
   std::vector<char> elementwise;             // per string id: an elementwise op name
   std::vector<uint32_t> ids;                 // scratch: a sequence's name ids
-  std::vector<double> time;            // per event: host time, or device time on device backends
+  std::vector<double> device_time;     // per event on device backends: what it launched took
   std::vector<char> claimed;
   std::map<std::pair<std::string, std::string>, double> measured;
 
@@ -125,16 +125,18 @@ struct Finder {
       }
     elementwise.assign(t.strings.size(), 0);
     for (size_t i = 0; i < t.strings.size(); ++i) elementwise[i] = elementwise_names().count(names[i]) > 0;
-    time.resize(t.events.size());
-    const bool device = o.backend != Backend::cpu && !m.device_lanes.empty();
-    for (size_t i = 0; i < t.events.size(); ++i) time[i] = device ? 0 : t.events[i].dur;
-    if (device)  // device time counts for the op that launched it and all its ancestors
+    if (o.backend != Backend::cpu && !m.device_lanes.empty()) {
+      // Device time counts for the op that launched it and all its ancestors.
+      device_time.assign(t.events.size(), 0);
       for (const auto& lane : m.device_lanes)
         for (int32_t k : lane)
-          for (int32_t op = m.launcher[k]; op >= 0; op = m.op_parent[op]) time[op] += t.events[k].dur;
+          for (int32_t op = m.launcher[k]; op >= 0; op = m.op_parent[op]) device_time[op] += t.events[k].dur;
+    }
   }
 
   const std::string& name(int32_t e) const { return names[t.events[e].name]; }
+  // An op's cost: its host time, or on device backends the device time of what it launched.
+  double time(int32_t e) const { return device_time.empty() ? t.events[e].dur : device_time[e]; }
 
   const OpShapes& op_shapes(int32_t e) {
     const Event& ev = t.events[e];
@@ -283,9 +285,9 @@ struct Finder {
   // --- cost --------------------------------------------------------------------------------
 
   double match_time(const Match& mt) const {
-    if (mt.parent >= 0) return time[mt.parent];  // the wrapper op goes away with its chain
+    if (mt.parent >= 0) return time(mt.parent);  // the wrapper op goes away with its chain
     double sum = 0;
-    for (int32_t e : mt.ops) sum += time[e];
+    for (int32_t e : mt.ops) sum += time(e);
     return sum;
   }
 
@@ -315,7 +317,7 @@ struct Finder {
         }
       }
       chain_bytes += static_cast<double>(biggest);  // its output
-      chain_time += time[e];
+      chain_time += time(e);
     }
     if (mt.pattern != nullptr && !mt.pattern->measure.empty() && o.measure && !distinct.empty()) {
       const double us = measure(mt.pattern->measure, distinct);

@@ -15,6 +15,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <atomic>
 #include <cstdio>
@@ -141,18 +142,23 @@ std::vector<size_t> chunk_starts(std::string_view json, size_t begin, size_t end
   return starts;
 }
 
+// Copies json[begin, begin + n) to `to`; false if the bytes could not be read.
+using Copy = std::function<bool(size_t begin, size_t n, char* to)>;
+
 // Chunk i as its own document, "[" + its events + "]", written into `out` (reused across chunks).
 // The comma before the next chunk is dropped; one after the last event is kept, to be rejected
 // as it is in one piece.
-void chunk_document(std::string_view json, const std::vector<size_t>& starts, size_t i, std::string& out) {
+void chunk_document(std::string_view json, const std::vector<size_t>& starts, size_t i, const Copy& copy,
+                    std::string& out) {
   const bool last = i + 2 == starts.size();
   size_t end = starts[i + 1];
   while (end > starts[i] && (is_space(json[end - 1]) || (!last && json[end - 1] == ','))) --end;
-  out.clear();
-  out.reserve(end - starts[i] + 2 + simdjson::SIMDJSON_PADDING);
-  out += '[';
-  out.append(json.data() + starts[i], end - starts[i]);
-  out += ']';
+  const size_t n = end - starts[i];
+  out.reserve(n + 2 + simdjson::SIMDJSON_PADDING);
+  out.resize(n + 2);
+  out.front() = '[', out.back() = ']';
+  if (!copy) std::memcpy(out.data() + 1, json.data() + starts[i], n);
+  else if (!copy(starts[i], n, out.data() + 1)) throw std::runtime_error("read failed");
 }
 
 // Runs task(i) for i in [0, n) on all cores; returns false if any task threw.
@@ -231,35 +237,42 @@ class Merger {
   std::mutex mutex_;
 };
 
-// A file's bytes, mapped read-only (gzip files are inflated into `inflated` instead). Pages are
-// handed back once parsed: a private file mapping reads them again from the page cache if they
-// are touched later, so giving them back early is only ever a cost, never a wrong answer.
+// A file's bytes, mapped read-only (gzip files are inflated into `inflated_` instead). The
+// reader looks through the mapping for chunk boundaries, but reads each chunk's bytes with
+// pread: straight from the page cache, with no page faults and without making the file part
+// of this process's memory.
 class Source {
  public:
   explicit Source(const std::string& path);
   ~Source() {
     if (map_ != nullptr) munmap(map_, size_);
+    if (fd_ >= 0) close(fd_);
   }
   Source(const Source&) = delete;
   Source& operator=(const Source&) = delete;
   std::string_view bytes() const { return map_ != nullptr ? std::string_view(static_cast<const char*>(map_), size_) : inflated_; }
-  // [begin, end) will not be read again soon: its whole pages leave this process's memory.
-  void release(size_t begin, size_t end) const {
-    if (map_ == nullptr) return;
-    static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    const size_t first = (begin + page - 1) / page * page, last = end / page * page;
-    if (last > first) madvise(static_cast<char*>(map_) + first, last - first, MADV_DONTNEED);
+  bool copy(size_t begin, size_t n, char* to) const {
+    if (map_ == nullptr) {
+      std::memcpy(to, inflated_.data() + begin, n);
+      return true;
+    }
+    while (n > 0) {
+      const ssize_t got = pread(fd_, to, n, static_cast<off_t>(begin));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      to += got, begin += static_cast<size_t>(got), n -= static_cast<size_t>(got);
+    }
+    return true;
   }
 
  private:
+  int fd_ = -1;
   void* map_ = nullptr;
   size_t size_ = 0;
   std::string inflated_;
 };
 
-using Release = std::function<void(size_t begin, size_t end)>;
-
-bool parse_in_chunks(std::string_view json, const std::string& name, size_t chunk_bytes, const Release& release,
+bool parse_in_chunks(std::string_view json, const std::string& name, size_t chunk_bytes, const Copy& copy,
                      Trace& trace, bool& opfuse_metadata) {
   const size_t begin = events_begin(json, name, opfuse_metadata);
   if (begin == std::string_view::npos) return false;
@@ -273,8 +286,7 @@ bool parse_in_chunks(std::string_view json, const std::string& name, size_t chun
   int64_t origin_us = 0;
   auto parse_chunk = [&](size_t i) {
     thread_local std::string text;
-    chunk_document(json, starts, i, text);
-    if (release) release(starts[i], starts[i + 1]);
+    chunk_document(json, starts, i, copy, text);
     Document doc{text, name, static_cast<int64_t>(starts[i]) - 1, has_origin, origin_us};
     parts[i] = parse_document(doc);
     if (!has_origin) has_origin = doc.has_origin, origin_us = doc.origin_us;
@@ -338,10 +350,11 @@ Source::Source(const std::string& path) {
     if (ok && size_ > 0) {
       map_ = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fileno(f), 0);
       if (map_ == MAP_FAILED) map_ = nullptr;
-      else madvise(map_, size_, MADV_SEQUENTIAL);
+      else fd_ = dup(fileno(f));
     }
     std::fclose(f);
-    if (!ok || (size_ > 0 && map_ == nullptr)) throw std::invalid_argument(fmt::format("{}: cannot read", path));
+    if (!ok || (size_ > 0 && (map_ == nullptr || fd_ < 0)))
+      throw std::invalid_argument(fmt::format("{}: cannot read", path));
     return;
   }
   std::fclose(f);
@@ -395,10 +408,10 @@ void close_begin_end(Trace& t, const std::string& name) {
 }
 
 // chunk_bytes 0: in one piece. One piece needs simdjson's padding, so it parses a copy.
-Trace parse_bytes(std::string_view json, const std::string& name, size_t chunk_bytes, const Release& release) {
+Trace parse_bytes(std::string_view json, const std::string& name, size_t chunk_bytes, const Copy& copy) {
   Trace trace;
   bool opfuse_metadata = false;
-  if (chunk_bytes == 0 || !parse_in_chunks(json, name, chunk_bytes, release, trace, opfuse_metadata)) {
+  if (chunk_bytes == 0 || !parse_in_chunks(json, name, chunk_bytes, copy, trace, opfuse_metadata)) {
     const std::string bytes = padded(json);
     Document doc{bytes, name};
     trace = parse_document(doc);
@@ -494,7 +507,7 @@ Trace parse_trace(std::string_view json, const std::string& name) {
 Trace read_trace(const std::string& path) {
   const Source source(path);
   return parse_bytes(source.bytes(), path, chunk_bytes_for(source.bytes().size()),
-                     [&source](size_t begin, size_t end) { source.release(begin, end); });
+                     [&source](size_t begin, size_t n, char* to) { return source.copy(begin, n, to); });
 }
 
 Trace detail::parse_trace_chunked(std::string_view json, const std::string& name, size_t chunk_bytes) {
