@@ -105,10 +105,15 @@ struct Finder {
   const Model& m;
   const Options& o;
   std::vector<std::string> names;      // per string id, normalised (op names only)
+  std::vector<uint32_t> name_of_op;    // per event: its name's id if it is an op, else 0; compact,
+                                       // so walking sequences does not pull in whole events
   std::unordered_map<uint64_t, OpShapes> shape_cache;  // by (dims, types) string ids
   std::vector<std::vector<char>> can_start;  // per rule pattern, per string id: may a match start here
   std::vector<std::vector<int16_t>> name_of; // per rule pattern, per string id: its index in the pattern's names
-  std::vector<char> any_start;               // per string id: may any pattern start here
+  std::vector<std::pair<const Rule*, const RulePattern*>> flat;  // every rule pattern, in rule order
+  size_t words = 0;                          // 64-bit words in a set of patterns
+  std::vector<uint64_t> starters;            // per string id: the patterns that may start there
+  std::vector<uint64_t> candidates;          // scratch: the patterns that may start in a sequence
   std::vector<char> elementwise;             // per string id: an elementwise op name
   std::vector<uint32_t> ids;                 // scratch: a sequence's name ids
   std::vector<double> device_time;     // per event on device backends: what it launched took
@@ -118,11 +123,12 @@ struct Finder {
   Finder(const Trace& trace, const Model& model, const Options& options)
       : t(trace), m(model), o(options), names(trace.strings.size()), claimed(trace.events.size(), 0) {
     std::vector<char> done(t.strings.size(), 0);
-    for (size_t i = 0; i < t.events.size(); ++i)
-      if (m.kind[i] == Kind::op && !done[t.events[i].name]) {
-        names[t.events[i].name] = normalise(t.strings[t.events[i].name]);
-        done[t.events[i].name] = 1;
-      }
+    name_of_op.assign(t.events.size(), 0);
+    for (size_t i = 0; i < t.events.size(); ++i) {
+      if (m.kind[i] != Kind::op) continue;
+      const uint32_t id = name_of_op[i] = t.events[i].name;
+      if (!done[id]) names[id] = normalise(t.strings[id]), done[id] = 1;
+    }
     elementwise.assign(t.strings.size(), 0);
     for (size_t i = 0; i < t.strings.size(); ++i) elementwise[i] = elementwise_names().count(names[i]) > 0;
     if (o.backend != Backend::cpu && !m.device_lanes.empty()) {
@@ -134,7 +140,7 @@ struct Finder {
     }
   }
 
-  const std::string& name(int32_t e) const { return names[t.events[e].name]; }
+  const std::string& name(int32_t e) const { return names[name_of_op[e]]; }
   // An op's cost: its host time, or on device backends the device time of what it launched.
   double time(int32_t e) const { return device_time.empty() ? t.events[e].dur : device_time[e]; }
 
@@ -173,18 +179,23 @@ struct Finder {
 
   // --- rule matching -----------------------------------------------------------------------
 
-  void match_sequence(const int32_t* seq, size_t n, int32_t parent, const std::vector<Rule>& rules,
-                      std::vector<Match>& out) {
-    // Most sequences (conv2d → convolution → …) hold no op any pattern starts with.
+  void match_sequence(const int32_t* seq, size_t n, int32_t parent, std::vector<Match>& out) {
+    // Only the patterns that can start at some op of the sequence are tried, still in rule
+    // order; most sequences (conv2d → convolution → …) have none.
     ids.resize(n);  // in sequence order, so the scans below stay in cache
-    bool any = false;
-    for (size_t i = 0; i < n; ++i) ids[i] = t.events[seq[i]].name, any |= any_start[ids[i]] != 0;
-    if (!any) return;
-    size_t k = 0;
-    for (const Rule& rule : rules)
-      for (const RulePattern& rp : rule.patterns) {
+    candidates.assign(words, 0);
+    for (size_t i = 0; i < n; ++i) {
+      ids[i] = name_of_op[seq[i]];
+      const uint64_t* bits = &starters[size_t{ids[i]} * words];
+      for (size_t w = 0; w < words; ++w) candidates[w] |= bits[w];
+    }
+    for (size_t w = 0; w < words; ++w)
+      for (uint64_t bits = candidates[w]; bits != 0; bits &= bits - 1) {
+        const size_t k = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
+        const Rule& rule = *flat[k].first;
+        const RulePattern& rp = *flat[k].second;
         const std::vector<char>& starts = can_start[k];
-        const std::vector<int16_t>& pattern_names = name_of[k++];
+        const std::vector<int16_t>& pattern_names = name_of[k];
         for (size_t i = 0; i < n;) {
           const bool try_here = starts[ids[i]] && !claimed[seq[i]];
           const size_t len = try_here ? rp.pattern->match(ids.data(), n, i, pattern_names) : 0;
@@ -220,9 +231,13 @@ struct Finder {
         can_start.push_back(std::move(starts));
         name_of.push_back(std::move(index));
       }
-    any_start.assign(t.strings.size(), 0);
-    for (const auto& starts : can_start)
-      for (size_t i = 0; i < starts.size(); ++i) any_start[i] |= starts[i];
+    for (const Rule& rule : rules)
+      for (const RulePattern& rp : rule.patterns) flat.emplace_back(&rule, &rp);
+    words = (flat.size() + 63) / 64;
+    starters.assign(t.strings.size() * words, 0);
+    for (size_t k = 0; k < flat.size(); ++k)
+      for (size_t i = 0; i < t.strings.size(); ++i)
+        if (can_start[k][i]) starters[i * words + k / 64] |= uint64_t{1} << (k % 64);
   }
 
   bool acceptable(const Rule& rule, const RulePattern& rp, const std::vector<int32_t>& ops) {
@@ -272,7 +287,7 @@ struct Finder {
 
   // The single shape of an unclaimed elementwise op's tensor inputs, or null.
   const Shape* run_shape(int32_t e) {
-    if (!elementwise[t.events[e].name]) return nullptr;
+    if (!elementwise[name_of_op[e]]) return nullptr;
     for (int32_t x = e; x >= 0; x = m.op_parent[x])  // inside a match (an optimizer step) is taken
       if (claimed[x]) return nullptr;
     const OpShapes& s = op_shapes(e);
@@ -439,7 +454,7 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
   finder.prepare(rules);
   std::vector<Match> matches, mined;
   finder.for_each_sequence([&](const int32_t* seq, size_t n, int32_t parent) {
-    finder.match_sequence(seq, n, parent, rules, matches);
+    finder.match_sequence(seq, n, parent, matches);
   });
   finder.for_each_sequence([&](const int32_t* seq, size_t n, int32_t) { finder.mine_sequence(seq, n, mined); });
 

@@ -102,16 +102,34 @@ class IdIndex {
 using Lane = std::vector<int32_t>;
 using Lanes = std::map<std::pair<int64_t, int64_t>, Lane>;  // by (pid, tid)
 
+// A thread's slices as they are filed, in file order. While they come in order (the usual
+// case) each is nested as it arrives, so the events are read once; a lane found out of order
+// is sorted and nested again at the end.
+struct LaneBuild {
+  Lane all, kept, stack;  // every slice; those nested; the open ones
+  bool in_order = true;
+  int64_t overlapping = 0;
+};
+
 struct Builder {
   const Trace& trace;
+  const Classifier& classify;
   Model& m;
 
   double end(int32_t i) const { return trace.events[i].ts + trace.events[i].dur; }
 
-  // Classifies every event and files each slice into its thread's (or stream's) lane, in one pass.
-  void classify_into_lanes(const Classifier& classify, Lanes& host, Lanes& device) {
+  // Parents first: by start, then longest.
+  bool before(int32_t a, int32_t b) const {
+    const Event &x = trace.events[a], &y = trace.events[b];
+    return x.ts != y.ts ? x.ts < y.ts : x.dur > y.dur;
+  }
+
+  // Classifies every event, files each slice into its thread's (or stream's) lane and nests the
+  // host slices, in one pass over the events.
+  void build_lanes(Lanes& host, Lanes& device) {
+    std::map<std::pair<int64_t, int64_t>, LaneBuild> host_build, device_build;
     std::pair<int64_t, int64_t> last_key{0, 0};
-    Lane* last = nullptr;  // events come in runs from one thread: look its lane up once per run
+    LaneBuild* last = nullptr;  // events come in runs from one thread: look its lane up once per run
     bool last_device = false;
     for (int32_t i = 0; i < static_cast<int32_t>(trace.events.size()); ++i) {
       const Event& e = trace.events[i];
@@ -120,62 +138,74 @@ struct Builder {
       const std::pair<int64_t, int64_t> key{e.pid, e.tid};
       const bool on_device = k == Kind::device;
       if (last == nullptr || key != last_key || on_device != last_device)
-        last = &(on_device ? device : host)[key], last_key = key, last_device = on_device;
-      last->push_back(i);
+        last = &(on_device ? device_build : host_build)[key], last_key = key, last_device = on_device;
+      LaneBuild& lane = *last;
+      if (lane.in_order && !lane.all.empty() && before(i, lane.all.back())) lane.in_order = false;
+      lane.all.push_back(i);
+      if (!on_device && lane.in_order) nest(lane, i);
     }
-    // Parents first: by start, then longest; writers mostly emit that order already.
-    auto before = [&](int32_t a, int32_t b) {
-      const Event &x = trace.events[a], &y = trace.events[b];
-      return x.ts != y.ts ? x.ts < y.ts : x.dur > y.dur;
-    };
-    for (Lanes* lanes : {&host, &device})
-      for (auto& [key, lane] : *lanes)
-        if (!std::is_sorted(lane.begin(), lane.end(), before)) std::stable_sort(lane.begin(), lane.end(), before);
+    for (auto& [key, lane] : host_build) {
+      if (!lane.in_order) renest(lane);
+      m.overlapping += lane.overlapping;
+      host[key] = std::move(lane.kept);
+    }
+    for (auto& [key, lane] : device_build) {
+      if (!lane.in_order) std::stable_sort(lane.all.begin(), lane.all.end(), [&](int32_t a, int32_t b) { return before(a, b); });
+      device[key] = std::move(lane.all);
+    }
   }
 
   // A slice that starts inside another but ends after it is not nested: it is counted and
   // left out of the tree, rather than guessed into it.
-  void nest(Lane& lane) {
-    Lane stack, kept;
-    for (int32_t i : lane) {
-      const double ts = trace.events[i].ts;
-      while (!stack.empty() && end(stack.back()) <= ts + kSlack) stack.pop_back();
-      // Profilers round: a slice that runs a hair past its parent still belongs to it. A step or
-      // annotation crossed by an op is closed early rather than cutting the op out.
-      while (!stack.empty() && end(i) > end(stack.back()) + kOverhang &&
-             (m.kind[stack.back()] == Kind::step || m.kind[stack.back()] == Kind::annotation))
-        stack.pop_back();
-      if (!stack.empty() && end(i) > end(stack.back()) + kOverhang) {
-        ++m.overlapping;
-        m.kind[i] = Kind::other;
-        continue;
-      }
-      const int32_t p = stack.empty() ? -1 : stack.back();
-      m.parent[i] = p;
-      if (p >= 0) {
-        m.op_parent[i] = m.kind[p] == Kind::op ? p : m.op_parent[p];
-        m.annotation[i] = m.kind[p] == Kind::annotation ? p : m.annotation[p];
-      }
-      stack.push_back(i);
-      kept.push_back(i);
+  void nest(LaneBuild& lane, int32_t i) {
+    Lane& stack = lane.stack;
+    const double ts = trace.events[i].ts, i_end = end(i);
+    while (!stack.empty() && end(stack.back()) <= ts + kSlack) stack.pop_back();
+    // Profilers round: a slice that runs a hair past its parent still belongs to it. A step or
+    // annotation crossed by an op is closed early rather than cutting the op out.
+    while (!stack.empty() && i_end > end(stack.back()) + kOverhang &&
+           (m.kind[stack.back()] == Kind::step || m.kind[stack.back()] == Kind::annotation))
+      stack.pop_back();
+    if (!stack.empty() && i_end > end(stack.back()) + kOverhang) {
+      ++lane.overlapping;
+      m.kind[i] = Kind::other;
+      return;
     }
-    lane.swap(kept);
+    const int32_t p = stack.empty() ? -1 : stack.back();
+    m.parent[i] = p;
+    if (p >= 0) {
+      m.op_parent[i] = m.kind[p] == Kind::op ? p : m.op_parent[p];
+      m.annotation[i] = m.kind[p] == Kind::annotation ? p : m.annotation[p];
+    }
+    stack.push_back(i);
+    lane.kept.push_back(i);
   }
 
-  // The innermost slice of a sorted, nested lane that contains ts.
-  int32_t slice_at(const Lane& lane, double ts) const {
-    auto it = std::upper_bound(lane.begin(), lane.end(), ts + kSlack,
-                               [&](double t, int32_t i) { return t < trace.events[i].ts; });
-    if (it == lane.begin()) return -1;
-    for (int32_t i = *(it - 1); i >= 0; i = m.parent[i])
+  // An out-of-order lane: undo what nesting it as it came did, sort it, nest it again.
+  void renest(LaneBuild& lane) {
+    for (int32_t i : lane.all) {
+      m.kind[i] = classify(trace.events[i]);
+      m.parent[i] = m.op_parent[i] = m.annotation[i] = -1;
+    }
+    lane.kept.clear(), lane.stack.clear(), lane.overlapping = 0;
+    std::stable_sort(lane.all.begin(), lane.all.end(), [&](int32_t a, int32_t b) { return before(a, b); });
+    for (int32_t i : lane.all) nest(lane, i);
+  }
+
+  // The innermost slice of a sorted, nested lane that contains ts. `starts` holds the lane's
+  // start times, so the search reads one compact array rather than scattered events.
+  int32_t slice_at(const Lane& lane, const std::vector<double>& starts, double ts) const {
+    const auto it = std::upper_bound(starts.begin(), starts.end(), ts + kSlack);
+    if (it == starts.begin()) return -1;
+    for (int32_t i = lane[it - starts.begin() - 1]; i >= 0; i = m.parent[i])
       if (end(i) + kSlack >= ts) return i;
     return -1;
   }
 
-  int32_t op_at(const Lane& lane, double ts) const {
-    const int32_t i = slice_at(lane, ts);
-    if (i < 0) return -1;
-    return m.kind[i] == Kind::op ? i : m.op_parent[i];
+  std::vector<double> starts_of(const Lane& lane) const {
+    std::vector<double> starts(lane.size());
+    for (size_t k = 0; k < lane.size(); ++k) starts[k] = trace.events[lane[k]].ts;
+    return starts;
   }
 };
 
@@ -188,10 +218,9 @@ Model build_model(const Trace& trace) {
   m.parent.assign(n, -1), m.op_parent.assign(n, -1), m.annotation.assign(n, -1);
   m.launcher.assign(n, -1), m.forward.assign(n, -1);
   const Classifier classify(trace);
-  Builder b{trace, m};
+  Builder b{trace, classify, m};
   Lanes host, device;
-  b.classify_into_lanes(classify, host, device);
-  for (auto& [key, lane] : host) b.nest(lane);
+  b.build_lanes(host, device);
   for (auto& [key, lane] : device) m.device_lanes.push_back(std::move(lane));
 
   // Op children, grouped by parent in time order; and each thread's top-level ops.
@@ -250,17 +279,25 @@ Model build_model(const Trace& trace) {
   }
   std::map<std::pair<int64_t, int64_t>, const Lane*> device_by_thread;
   for (const Lane& lane : m.device_lanes) device_by_thread[{trace.events[lane[0]].pid, trace.events[lane[0]].tid}] = &lane;
+  std::map<const Lane*, std::vector<double>> starts;  // of the lanes flows land on
+  auto slice_at = [&](const Lane& lane, double ts) {
+    auto it = starts.find(&lane);
+    if (it == starts.end()) it = starts.emplace(&lane, b.starts_of(lane)).first;
+    return b.slice_at(lane, it->second, ts);
+  };
   auto op_of_flow_end = [&](int32_t end_index) -> int32_t {
     const Event& e = trace.events[end_index];
-    if (auto it = host.find({e.pid, e.tid}); it != host.end()) return b.op_at(it->second, e.ts);
-    return -1;
+    const auto it = host.find({e.pid, e.tid});
+    if (it == host.end()) return -1;
+    const int32_t i = slice_at(it->second, e.ts);
+    return i < 0 || m.kind[i] == Kind::op ? i : m.op_parent[i];
   };
   for (const auto& [id, ends] : npu_flows) {
     if (ends.from < 0 || ends.to < 0) continue;
     const Event& f = trace.events[ends.to];
     const auto lane = device_by_thread.find({f.pid, f.tid});
     if (lane == device_by_thread.end()) continue;
-    const int32_t task = b.slice_at(*lane->second, f.ts);
+    const int32_t task = slice_at(*lane->second, f.ts);
     if (task >= 0) m.launcher[task] = op_of_flow_end(ends.from);
   }
   for (const auto& [id, ends] : fwdbwd_flows) {
