@@ -317,7 +317,7 @@ struct Finder {
   // else the match's bytes at the bandwidth its own ops achieved.
   double fused_time(const Match& mt, std::string& how) {
     const std::vector<int32_t>& ops = bytes_ops(mt);
-    std::vector<Shape> distinct;
+    std::vector<const Shape*> distinct;  // into shape_cache, whose nodes do not move
     std::vector<int64_t> distinct_bytes;
     double chain_bytes = 0, chain_time = 0;
     for (int32_t e : ops) {
@@ -326,8 +326,8 @@ struct Finder {
       for (size_t k = 0; k < s.shapes.size(); ++k) {
         chain_bytes += static_cast<double>(s.bytes[k]);
         biggest = std::max(biggest, s.bytes[k]);
-        if (std::find(distinct.begin(), distinct.end(), s.shapes[k]) == distinct.end()) {
-          distinct.push_back(s.shapes[k]);
+        if (std::none_of(distinct.begin(), distinct.end(), [&](const Shape* d) { return *d == s.shapes[k]; })) {
+          distinct.push_back(&s.shapes[k]);
           distinct_bytes.push_back(s.bytes[k]);
         }
       }
@@ -373,10 +373,10 @@ struct Finder {
     return sum;
   }
 
-  double measure(const std::string& op, std::vector<Shape> shapes) {
-    std::sort(shapes.begin(), shapes.end(), [](const Shape& a, const Shape& b) { return elements(a) > elements(b); });
+  double measure(const std::string& op, std::vector<const Shape*> shapes) {
+    std::sort(shapes.begin(), shapes.end(), [](const Shape* a, const Shape* b) { return elements(*a) > elements(*b); });
     std::string dims;
-    for (const Shape& s : shapes) dims += (dims.empty() ? "" : ";") + fmt::format("{}", fmt::join(s, ","));
+    for (const Shape* s : shapes) dims += (dims.empty() ? "" : ";") + fmt::format("{}", fmt::join(*s, ","));
     auto [it, fresh] = measured.try_emplace({op, dims}, -1.0);
     if (fresh) it->second = o.measure(op, dims);
     return it->second;
@@ -385,27 +385,45 @@ struct Finder {
   // --- locations ---------------------------------------------------------------------------
 
   // Module Hierarchy, else the enclosing module annotation, else the innermost call-stack frames;
-  // backward ops borrow the place of the forward op they differentiate.
-  std::string location(int32_t e, bool follow_forward = true) const {
+  // backward ops borrow the place of the forward op they differentiate. As an id in `places`:
+  // thousands of matches share a few places, so each string is made once.
+  uint32_t location(int32_t e, bool follow_forward = true) {
     for (int32_t x = e; x >= 0; x = m.op_parent[x])
-      if (t.events[x].module != 0) return t.strings[t.events[x].module];
-    if (m.annotation[e] >= 0) return t.strings[t.events[m.annotation[e]].name];
+      if (t.events[x].module != 0) return place(t.events[x].module, as_is);
+    if (m.annotation[e] >= 0) return place(t.events[m.annotation[e]].name, as_is);
     for (int32_t x = e; x >= 0; x = m.op_parent[x])
-      if (t.events[x].stack != 0) return user_frame(t.strings[t.events[x].stack]);
+      if (t.events[x].stack != 0) return place(t.events[x].stack, frame);
     if (follow_forward)
       for (int32_t x = e; x >= 0; x = m.op_parent[x])
         if (m.forward[x] >= 0) {
-          const std::string where = location(m.forward[x], false);
-          return where == "(top level)" ? "backward" : where + " (backward)";
+          const uint32_t where = location(m.forward[x], false);
+          if (backward.size() <= where) backward.resize(where + 1, -1);
+          if (backward[where] < 0) {
+            const std::string& w = places[where];
+            backward[where] = static_cast<int32_t>(places.intern(w == "(top level)" ? "backward" : w + " (backward)"));
+          }
+          return static_cast<uint32_t>(backward[where]);
         }
-    return "(top level)";
+    return places.intern("(top level)");
+  }
+
+  trace::Strings places;                    // the locations matches are at
+  std::vector<int32_t> as_is, frame;        // per trace string id: its place as it is / as a call stack
+  std::vector<int32_t> backward;            // per place: the place of its backward ops
+
+  uint32_t place(uint32_t string_id, std::vector<int32_t>& cache) {
+    if (cache.empty()) cache.assign(t.strings.size(), -1);
+    int32_t& p = cache[string_id];
+    if (p < 0) {
+      const std::string& s = t.strings[string_id];
+      p = static_cast<int32_t>(places.intern(&cache == &frame ? user_frame(s) : s));
+    }
+    return static_cast<uint32_t>(p);
   }
 };
 
-Finding& finding_for(std::map<std::string, Finding>& by_key, const Match& mt, Backend backend) {
-  auto [it, fresh] = by_key.try_emplace(mt.key);
-  Finding& f = it->second;
-  if (!fresh) return f;
+// A new finding's rule, kind and replacement, from its first match.
+void describe(Finding& f, const Match& mt, Backend backend) {
   if (mt.rule != nullptr) {
     f.rule = mt.rule->name;
     f.kind = mt.rule->kind;
@@ -418,7 +436,6 @@ Finding& finding_for(std::map<std::string, Finding>& by_key, const Match& mt, Ba
     f.pattern = mt.key;
     f.replacement = "one fused elementwise kernel (no rule names it yet)";
   }
-  return f;
 }
 
 std::string join(const std::vector<std::string>& parts, const char* separator) {
@@ -458,15 +475,21 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
   });
   finder.for_each_sequence([&](const int32_t* seq, size_t n, int32_t) { finder.mine_sequence(seq, n, mined); });
 
-  std::map<std::string, Finding> by_key;
-  std::map<std::string, std::map<std::string, int64_t>> where;
-  std::map<std::string, std::vector<std::string>> patterns, estimates;  // distinct, in order seen
+  struct Tally {
+    Finding f;
+    std::map<uint32_t, int64_t> where;              // by place
+    std::vector<std::string> patterns, estimates;   // distinct, in order seen
+  };
+  std::map<std::string, Tally> by_key;
   auto add_once = [](std::vector<std::string>& list, const std::string& s) {
     if (std::find(list.begin(), list.end(), s) == list.end()) list.push_back(s);
   };
   for (auto* list : {&matches, &mined})
     for (const Match& mt : *list) {
-      Finding& f = finding_for(by_key, mt, options.backend);
+      auto [it, fresh] = by_key.try_emplace(mt.key);
+      Tally& tally = it->second;
+      Finding& f = tally.f;
+      if (fresh) describe(f, mt, options.backend);
       std::string how;
       const double t = finder.match_time(mt);
       const double fused = finder.fused_time(mt, how);
@@ -474,16 +497,17 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
       f.ops += finder.covered_ops(mt);
       f.time_us += t;
       f.est_saving_us += std::max(0.0, t - fused);
-      if (mt.pattern != nullptr) add_once(patterns[mt.key], mt.pattern->pattern->text());
-      add_once(estimates[mt.key], how);
-      where[mt.key][finder.location(mt.ops[0])] += 1;
+      if (mt.pattern != nullptr) add_once(tally.patterns, mt.pattern->pattern->text());
+      add_once(tally.estimates, how);
+      tally.where[finder.location(mt.ops[0])] += 1;
     }
   std::vector<Finding> out;
-  for (auto& [key, f] : by_key) {
+  for (auto& [key, tally] : by_key) {
+    Finding& f = tally.f;
     if (f.mined && f.occurrences < options.min_chain_occurrences) continue;
-    if (!f.mined) f.pattern = join(patterns[key], " | ");
-    f.estimate = join(estimates[key], ", ");
-    for (const auto& [loc, n] : where[key]) f.locations.push_back({loc, n});
+    if (!f.mined) f.pattern = join(tally.patterns, " | ");
+    f.estimate = join(tally.estimates, ", ");
+    for (const auto& [loc, n] : tally.where) f.locations.push_back({finder.places[loc], n});
     std::stable_sort(f.locations.begin(), f.locations.end(),
                      [](const Location& a, const Location& b) {
                        return a.count != b.count ? a.count > b.count : natural_less(a.where, b.where);
