@@ -23,8 +23,8 @@ measure() {  # prints "seconds kilobytes" of the best of 3 runs
   echo "$best"
 }
 py=$(measure /usr/bin/python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$trace")
-nm=$(measure "$opfuse" analyze "$trace" --no-measure)
-me=$(measure "$opfuse" analyze "$trace")
+nm=$(measure "$opfuse" analyze "$trace")
+me=$(measure "$opfuse" analyze "$trace" --measure)
 echo "$py $nm $me $size" | awk '{
   printf "python json.load        %6.2f s  %5.0f MB peak RSS\n", $1, $2 / 1024
   printf "opfuse analyze          %6.2f s  %5.0f MB peak RSS   x%.1f faster, RSS %.2f x file (bandwidth estimates)\n", $3, $4 / 1024, $1 / $3, $4 * 1024 / $7

@@ -22,7 +22,7 @@ struct AnalyzeArgs {
   std::string backend = "auto";
   int top = 15;
   std::string json, html;
-  bool force = false, no_measure = false;
+  bool force = false, measure = false;
 };
 
 analyze::Analysis analyze_one(const std::string& path, const AnalyzeArgs& args, const std::vector<analyze::Rule>& rules) {
@@ -32,8 +32,12 @@ analyze::Analysis analyze_one(const std::string& path, const AnalyzeArgs& args, 
         "{}: not a trace opfuse recognises (no cpu_op, Operator, kernel, CANN or legacy-profiler events) at byte 0", path));
   analyze::Options options;
   options.backend = args.backend == "auto" ? analyze::detect_backend(t) : analyze::parse_backend(args.backend);
-  // Timing an opfuse op here only says something about a CPU trace taken on a CPU like this one.
-  if (options.backend == analyze::Backend::cpu && !args.no_measure) {
+  // Timing an opfuse op here only says something about a CPU trace taken on a CPU like this one,
+  // and loading LibTorch to do it costs more than the whole analysis, so it is asked for.
+  if (args.measure && options.backend != analyze::Backend::cpu)
+    std::fprintf(stderr, "warning: %s: --measure times opfuse ops on CPU traces only; this one is %s, so bandwidth estimates are used\n",
+                 path.c_str(), analyze::backend_name(options.backend));
+  if (args.measure && options.backend == analyze::Backend::cpu) {
     const auto time_op = reinterpret_cast<TimeFusedOp>(torch_symbol("opfuse_time_fused_op"));
     options.measure = [time_op](const std::string& op, const std::string& dims) { return time_op(op.c_str(), dims.c_str()); };
   }
@@ -59,7 +63,9 @@ Run add_analyze(CLI::App& app) {
   cmd->add_option("--json", args->json, "write the analysis as JSON to FILE");
   cmd->add_option("--html", args->html, "write a self-contained report page to FILE");
   cmd->add_flag("--force", args->force, "replace existing --json / --html files");
-  cmd->add_flag("--no-measure", args->no_measure, "estimate every saving from bandwidth, without timing opfuse ops here");
+  cmd->add_flag("--measure", args->measure,
+                "time each opfuse replacement here at the recorded shapes instead of estimating it from bandwidth "
+                "(for a CPU trace recorded on this machine; loads LibTorch, about 0.5 s)");
 
   return [cmd, args]() {
     if (!cmd->parsed()) return -1;

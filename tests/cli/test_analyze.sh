@@ -53,6 +53,19 @@ assert sig["count_after"] < sig["count_before"]
 PY
 grep -q '"rule":"silu"' "$tmp/a.html"  # drawn by the page's script: see tests/report
 
+# Savings come from bandwidth unless --measure times the opfuse ops here, on CPU traces only.
+"$opfuse" analyze "$tmp/memory-efficient.json" --measure --json "$tmp/m.json" > /dev/null
+/usr/bin/python3 - "$tmp/a.json" "$tmp/m.json" <<'PY'
+import json, sys
+bandwidth, measured = ({f["rule"]: f for f in json.load(open(p))["findings"]} for p in sys.argv[1:])
+assert bandwidth["silu"]["estimate"] == "bandwidth", bandwidth["silu"]
+assert "measured opfuse::silu" in measured["silu"]["estimate"], measured["silu"]
+assert measured["batch_norm_silu"]["estimate"] == "measured opfuse::batch_norm_silu", measured["batch_norm_silu"]
+assert 0 < measured["silu"]["est_saving_us"] < measured["silu"]["time_us"]
+PY
+"$opfuse" analyze "$data/traces/kineto_rocm_minitoy.json.gz" --measure 2> "$tmp/warn" > /dev/null
+grep -q "warning: .*kineto_rocm_minitoy.json.gz: --measure times opfuse ops on CPU traces only" "$tmp/warn"
+
 # Other tools' traces: each read with its dialect; the Ascend one gives its torch_npu replacements.
 "$opfuse" analyze "$data/traces/ascend_style_sample.json" --json "$tmp/npu.json" > /dev/null
 /usr/bin/python3 - "$tmp/npu.json" <<'PY'
