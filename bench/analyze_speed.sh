@@ -28,5 +28,5 @@ me=$(measure "$opfuse" analyze "$trace" --measure)
 echo "$py $nm $me $size" | awk '{
   printf "python json.load        %6.2f s  %5.0f MB peak RSS\n", $1, $2 / 1024
   printf "opfuse analyze          %6.2f s  %5.0f MB peak RSS   x%.1f faster, RSS %.2f x file (bandwidth estimates)\n", $3, $4 / 1024, $1 / $3, $4 * 1024 / $7
-  printf "opfuse analyze, timing  %6.2f s  %5.0f MB peak RSS   x%.1f faster (opfuse ops timed at recorded shapes)\n", $5, $6 / 1024, $1 / $5
+  printf "opfuse analyze --measure%6.2f s  %5.0f MB peak RSS   x%.1f faster (opfuse ops timed here at recorded shapes)\n", $5, $6 / 1024, $1 / $5
 }'
