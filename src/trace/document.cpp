@@ -156,10 +156,30 @@ double decimal_fraction(std::string_view digits) {
   return static_cast<double>(n) / kPowers[digits.size()];
 }
 
+// A field's previous text and its id: consecutive events often repeat a category, a module
+// or an input list, and a repeat then costs one comparison instead of a hash and a probe. The
+// text points into this document's buffers, so a memo lives no longer than its Reader.
+struct Memo {
+  std::string_view text;
+  uint32_t id = 0;
+  bool known = false;
+
+  template <typename Intern>
+  uint32_t operator()(std::string_view s, Intern intern) {
+    if (known && s.size() == text.size() && std::memcmp(s.data(), text.data(), s.size()) == 0) return id;
+    id = intern(s);  // first, so a throw leaves the memo as it was
+    text = s, known = true;
+    return id;
+  }
+};
+
 struct Reader {
+  Reader(Trace& t, bool origin_known) : trace(t), have_origin(origin_known) {}
+
   Trace& trace;
-  bool have_origin = false;
+  bool have_origin;
   uint64_t chunk = next_chunk++;  // names this parse in the raw caches
+  Memo name_memo, category_memo, module_memo, stack_memo, dims_memo, types_memo;
 
   // "1704161511420306.491" (quoted or not) → microseconds since the origin: the whole part is
   // subtracted as an integer, then the fraction added, so it keeps its digits.
@@ -225,13 +245,13 @@ struct Reader {
 
   int64_t string_id(std::string_view s) { return -1 - static_cast<int64_t>(trace.intern(s)); }
 
-  uint32_t string(value v) {
+  uint32_t string(value v, Memo& memo) {
     if (v.type() != json_type::string) return 0;
-    return trace.intern(v.get_string().value());
+    return memo(v.get_string().value(), [this](std::string_view s) { return trace.intern(s); });
   }
 
-  uint32_t dims(value v) { return cached(v, dims_cache()); }
-  uint32_t types(value v) { return cached(v, types_cache()); }
+  uint32_t dims(value v) { return cached(v, dims_cache(), dims_memo); }
+  uint32_t types(value v) { return cached(v, types_cache(), types_memo); }
 
   static RawCache& dims_cache() {
     thread_local RawCache cache(join_dims);
@@ -241,10 +261,10 @@ struct Reader {
     thread_local RawCache cache(join_types);
     return cache;
   }
-  uint32_t cached(value v, RawCache& cache) {
+  uint32_t cached(value v, RawCache& cache, Memo& memo) {
     if (v.type() != json_type::array) return 0;
     simdjson::ondemand::array a = v.get_array();
-    return cache.id(a.raw_json().value(), trace, chunk);
+    return memo(a.raw_json().value(), [&](std::string_view raw) { return cache.id(raw, trace, chunk); });
   }
 
   // Only the innermost frames locate an op; Ascend separates frames with ";\r\n".
@@ -253,7 +273,7 @@ struct Reader {
     std::string_view s = v.get_string();
     size_t end = 0;
     for (int frames = 0; frames < 6 && end != std::string_view::npos; ++frames) end = s.find(';', end + (frames > 0));
-    return trace.intern(s.substr(0, end));
+    return stack_memo(s.substr(0, end), [this](std::string_view frames) { return trace.intern(frames); });
   }
 
   void args(simdjson::ondemand::object obj, Event& e, std::string* metadata_name) {
@@ -263,7 +283,7 @@ struct Reader {
       if (key == "Sequence number") e.sequence_nr = integer(v);
       else if (key == "External id" || key == "external id") e.external_id = integer(v);
       else if (key == "correlation") e.correlation = integer(v);
-      else if (key == "Module Hierarchy") e.module = string(v);
+      else if (key == "Module Hierarchy") e.module = string(v, module_memo);
       else if (key == "Input Dims") e.dims = dims(v);
       else if (key == "Input type") e.types = types(v);
       else if (key == "Call stack") e.stack = stack(v);
@@ -287,9 +307,9 @@ struct Reader {
           const std::string_view ph = v.get_string();
           e.phase = ph.empty() ? '?' : ph.front();
         } else if (key == "name") {
-          e.name = string(v);
+          e.name = string(v, name_memo);
         } else if (key == "cat") {
-          e.category = string(v);
+          e.category = string(v, category_memo);
         } else if (key == "pid") {
           e.pid = id(v);
         } else if (key == "tid") {
