@@ -319,7 +319,7 @@ struct Finder {
     const std::vector<int32_t>& ops = bytes_ops(mt);
     std::vector<const Shape*> distinct;  // into shape_cache, whose nodes do not move
     std::vector<int64_t> distinct_bytes;
-    double chain_bytes = 0, chain_time = 0;
+    double chain_bytes = 0, chain_time = 0, slowest = 0;
     for (int32_t e : ops) {
       const OpShapes& s = op_shapes(e);
       int64_t biggest = 0;
@@ -333,6 +333,7 @@ struct Finder {
       }
       chain_bytes += static_cast<double>(biggest);  // its output
       chain_time += time(e);
+      slowest = std::max(slowest, time(e));
     }
     if (mt.pattern != nullptr && !mt.pattern->measure.empty() && o.measure && !distinct.empty()) {
       const double us = measure(mt.pattern->measure, distinct);
@@ -350,8 +351,12 @@ struct Finder {
     if (mt.rule != nullptr && mt.rule->kind == "optimizer") unit = parameter_bytes(ops);
     const int passes = mt.pattern == nullptr ? 0 : mt.pattern->passes;
     const double fused_bytes = passes > 0 ? passes * unit : unit + largest;
-    how = "bandwidth";
-    return fused_bytes / (chain_bytes / chain_time);
+    // The fused op still does all of the chain's arithmetic, so it takes at least as long as the
+    // slowest op: that bounds chains of compute-bound ops (sigmoid on a CPU) or of ops that take
+    // a launch each whatever their size.
+    const double streaming = fused_bytes / (chain_bytes / chain_time);
+    how = streaming >= slowest ? "bandwidth" : "slowest op";
+    return std::max(streaming, slowest);
   }
 
   // A single-op match (an optimizer step) moves the bytes of its children.
