@@ -45,6 +45,7 @@ struct TrainResult {
   double peak_rss_mb = 0;
   std::vector<StepRecord> records;
   size_t profile_events = 0;  // events written to options.profile
+  double profile_step_ms_median = 0;  // the profiled steps, to set beside step_ms_median
 };
 
 // Throws std::invalid_argument for bad options or data (the message names the file).

@@ -49,8 +49,9 @@ int run_train(TrainArgs& a) {
   progress.clear();
   std::fputs(report::format_train_summary(result).c_str(), stdout);
   if (!a.options.profile.empty())
-    std::fprintf(stdout, "profile          %s (%zu events, %d steps)\n", a.options.profile.c_str(), result.profile_events,
-                 a.options.profile_steps);
+    std::fprintf(stdout, "profile          %s (%zu events, %d steps, %.1f ms per step: %+.0f %% under the profiler)\n",
+                 a.options.profile.c_str(), result.profile_events, a.options.profile_steps, result.profile_step_ms_median,
+                 100 * (result.profile_step_ms_median / result.step_ms_median - 1));
   if (!a.json.empty()) report::write_json(a.json, report::train_json(result), a.force);
   return 0;
 }

@@ -5,22 +5,24 @@
 namespace opfuse::report {
 
 nlohmann::json train_json(const train::TrainResult& r) {
-  return {{"model", r.model},
-          {"parameters", r.parameters},
-          {"swish", r.swish},
-          {"se_gate", r.se_gate},
-          {"bn_swish", r.bn_swish},
-          {"drop_connect", r.drop_connect},
-          {"data", r.data},
-          {"image_size", r.image_size},
-          {"batch_size", r.batch_size},
-          {"steps", r.steps},
-          {"threads", r.threads},
-          {"images_per_sec", r.images_per_sec},
-          {"step_ms_median", r.step_ms_median},
-          {"loss_first", r.loss_first},
-          {"loss_last", r.loss_last},
-          {"peak_rss_mb", r.peak_rss_mb}};
+  nlohmann::json j{{"model", r.model},
+                   {"parameters", r.parameters},
+                   {"swish", r.swish},
+                   {"se_gate", r.se_gate},
+                   {"bn_swish", r.bn_swish},
+                   {"drop_connect", r.drop_connect},
+                   {"data", r.data},
+                   {"image_size", r.image_size},
+                   {"batch_size", r.batch_size},
+                   {"steps", r.steps},
+                   {"threads", r.threads},
+                   {"images_per_sec", r.images_per_sec},
+                   {"step_ms_median", r.step_ms_median},
+                   {"loss_first", r.loss_first},
+                   {"loss_last", r.loss_last},
+                   {"peak_rss_mb", r.peak_rss_mb}};
+  if (r.profile_events > 0) j["profile"] = {{"events", r.profile_events}, {"step_ms_median", r.profile_step_ms_median}};
+  return j;
 }
 
 std::string format_step(const train::StepRecord& s, int total, double mean_step_ms, double mean_data_ms,

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "opfuse/data.h"
 #include "opfuse/efficientnet.h"
@@ -116,10 +118,11 @@ std::vector<double> run_profiled_steps(Session& s, int count, int first_step) {
 }
 
 // Profiled steps run after the timed ones so the profiler's cost never reaches images/s.
-size_t profile_steps(const TrainOptions& o, Session& s, int first_step) {
+// Returns the profiled steps' median time and the events written.
+std::pair<double, size_t> profile_steps(const TrainOptions& o, Session& s, int first_step) {
   profile::Profiler profiler;
   profiler.start();
-  run_profiled_steps(s, o.profile_steps, first_step);
+  const std::vector<double> step_ms = run_profiled_steps(s, o.profile_steps, first_step);
   profiler.stop();
   const nlohmann::json metadata{{"opfuse_version", "0.1.0"},
                                 {"torch_version", TORCH_VERSION},
@@ -132,7 +135,7 @@ size_t profile_steps(const TrainOptions& o, Session& s, int first_step) {
                                 {"batch_size", o.batch_size},
                                 {"image_size", s.image_size}};
   profiler.write(o.profile, metadata);
-  return profiler.event_count();
+  return {median(step_ms), profiler.event_count()};
 }
 
 }  // namespace
@@ -178,7 +181,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const StepReco
   result.step_ms_median = median(timed);
   result.loss_first = result.records.front().loss;
   result.loss_last = result.records.back().loss;
-  if (!o.profile.empty()) result.profile_events = profile_steps(o, s, o.warmup + o.steps + 1);
+  if (!o.profile.empty())
+    std::tie(result.profile_step_ms_median, result.profile_events) = profile_steps(o, s, o.warmup + o.steps + 1);
   result.peak_rss_mb = peak_rss_mb();
   return result;
 }
