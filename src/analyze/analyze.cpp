@@ -90,6 +90,7 @@ Backend detect_backend(const Trace& trace) {
   for (size_t i = 0; i < trace.strings.size(); ++i)
     for (const char* c : {"kernel", "Kernel", "gpu_memcpy", "Memcpy"})
       if (trace.strings[i] == c) device.push_back(static_cast<uint32_t>(i));
+  if (device.empty()) return Backend::cpu;  // no pass over the events for a CPU trace
   for (const auto& e : trace.events)
     if (std::find(device.begin(), device.end(), e.category) != device.end()) return Backend::cuda;
   return Backend::cpu;

@@ -221,6 +221,7 @@ class Merger {
     while (next_ < parts_.size() && parsed_[next_]) place(next_++);
   }
   bool complete() const { return next_ == parts_.size(); }
+  bool begin_end() const { return begin_end_; }  // any B or E event, to be paired after the merge
 
  private:
   // The file's events, guessed from the first parsed chunk's bytes per event, with some room.
@@ -239,6 +240,7 @@ class Merger {
       e.name = map_[e.name], e.category = map_[e.category], e.module = map_[e.module];
       e.dims = map_[e.dims], e.types = map_[e.types], e.stack = map_[e.stack];
       e.pid = id(e.pid), e.tid = id(e.tid), e.flow_id = id(e.flow_id);
+      begin_end_ |= e.phase == 'B' || e.phase == 'E';
       into_.events.push_back(e);
     }
     for (auto& [pid, n] : part.process_names) into_.process_names[id(pid)] = n;
@@ -255,6 +257,7 @@ class Merger {
   std::vector<char> parsed_;
   size_t next_ = 0;
   std::vector<uint32_t> map_;
+  bool begin_end_ = false;
   std::mutex mutex_;
 };
 
@@ -294,7 +297,7 @@ class Source {
 };
 
 bool parse_in_chunks(std::string_view json, const std::string& name, size_t chunk_bytes, const Copy& copy,
-                     Trace& trace, bool& opfuse_metadata) {
+                     Trace& trace, bool& opfuse_metadata, bool& begin_end) {
   const size_t begin = events_begin(json, name, opfuse_metadata);
   if (begin == std::string_view::npos) return false;
   const size_t end = events_end(json, begin, name, opfuse_metadata);
@@ -319,6 +322,7 @@ bool parse_in_chunks(std::string_view json, const std::string& name, size_t chun
     if (!run_parallel(1, [&](size_t) { parse_chunk(next); })) return false;
   if (!run_parallel(parts.size() - next, [&](size_t i) { parse_chunk(next + i); })) return false;
   if (!merger.complete()) return false;
+  begin_end = merger.begin_end();
   trace.chunks = static_cast<int>(parts.size());
   trace.origin_us = origin_us;
   return true;
@@ -431,15 +435,16 @@ void close_begin_end(Trace& t, const std::string& name) {
 // chunk_bytes 0: in one piece. One piece needs simdjson's padding, so it parses a copy.
 Trace parse_bytes(std::string_view json, const std::string& name, size_t chunk_bytes, const Copy& copy) {
   Trace trace;
-  bool opfuse_metadata = false;
-  if (chunk_bytes == 0 || !parse_in_chunks(json, name, chunk_bytes, copy, trace, opfuse_metadata)) {
+  bool opfuse_metadata = false, begin_end = false;
+  if (chunk_bytes == 0 || !parse_in_chunks(json, name, chunk_bytes, copy, trace, opfuse_metadata, begin_end)) {
     const std::string bytes = padded(json);
     Document doc{bytes, name};
     trace = parse_document(doc);
     opfuse_metadata = doc.opfuse_metadata;
+    begin_end = std::any_of(trace.events.begin(), trace.events.end(),
+                            [](const Event& e) { return e.phase == 'B' || e.phase == 'E'; });
   }
-  if (std::any_of(trace.events.begin(), trace.events.end(), [](const Event& e) { return e.phase == 'B' || e.phase == 'E'; }))
-    close_begin_end(trace, name);
+  if (begin_end) close_begin_end(trace, name);
   trace.dialect = detect(trace, opfuse_metadata);
   return trace;
 }

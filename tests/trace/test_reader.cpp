@@ -209,18 +209,21 @@ TEST(Reader, NegativeIdsAreInternedAsText) {
 }
 
 TEST(Reader, BeginEndPairsBecomeSlices) {
-  const Trace t = parse_trace(R"([{"ph":"B","name":"outer","pid":1,"tid":1,"ts":0},
-                                  {"ph":"B","name":"inner","pid":1,"tid":1,"ts":2},
-                                  {"ph":"E","pid":1,"tid":1,"ts":5},
-                                  {"ph":"E","pid":1,"tid":1,"ts":9},
-                                  {"ph":"E","pid":1,"tid":1,"ts":10}])",
-                              "be.json");
-  ASSERT_EQ(t.events.size(), 2u);
-  EXPECT_EQ(t.name(t.events[0]), "outer");
-  EXPECT_EQ(t.events[0].phase, 'X');
-  EXPECT_DOUBLE_EQ(t.events[0].dur, 9);
-  EXPECT_DOUBLE_EQ(t.events[1].dur, 3);
-  EXPECT_EQ(t.skipped, 1);  // the E without a B
+  const std::string json = R"([{"ph":"B","name":"outer","pid":1,"tid":1,"ts":0},
+                               {"ph":"B","name":"inner","pid":1,"tid":1,"ts":2},
+                               {"ph":"E","pid":1,"tid":1,"ts":5},
+                               {"ph":"E","pid":1,"tid":1,"ts":9},
+                               {"ph":"E","pid":1,"tid":1,"ts":10}])";
+  // In one piece, and cut into chunks that part each B from its E.
+  for (const Trace& t : {parse_trace(json, "be.json"), detail::parse_trace_chunked(json, "be.json", 60)}) {
+    ASSERT_EQ(t.events.size(), 2u);
+    EXPECT_EQ(t.name(t.events[0]), "outer");
+    EXPECT_EQ(t.events[0].phase, 'X');
+    EXPECT_DOUBLE_EQ(t.events[0].dur, 9);
+    EXPECT_DOUBLE_EQ(t.events[1].dur, 3);
+    EXPECT_EQ(t.skipped, 1);  // the E without a B
+  }
+  EXPECT_GT(detail::parse_trace_chunked(json, "be.json", 60).chunks, 1);
 }
 
 // A file big enough to be cut into chunks parses exactly as it does in one piece: same events,
