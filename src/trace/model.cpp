@@ -202,6 +202,20 @@ struct Builder {
     return -1;
   }
 
+  // slice_at for many times at once: `at` holds (ts, slot) pairs, and out[slot] gets the slice.
+  // The times are sorted and met in one walk along the lane, instead of one search each.
+  void slices_at(const Lane& lane, std::vector<std::pair<double, int32_t>>& at, std::vector<int32_t>& out) const {
+    std::sort(at.begin(), at.end());
+    size_t k = 0;
+    for (const auto& [ts, slot] : at) {
+      while (k < lane.size() && trace.events[lane[k]].ts <= ts + kSlack) ++k;
+      int32_t found = -1;
+      for (int32_t i = k == 0 ? -1 : lane[k - 1]; i >= 0 && found < 0; i = m.parent[i])
+        if (end(i) + kSlack >= ts) found = i;
+      out[slot] = found;
+    }
+  }
+
   std::vector<double> starts_of(const Lane& lane) const {
     std::vector<double> starts(lane.size());
     for (size_t k = 0; k < lane.size(); ++k) starts[k] = trace.events[lane[k]].ts;
@@ -300,9 +314,21 @@ Model build_model(const Trace& trace) {
     const int32_t task = slice_at(*lane->second, f.ts);
     if (task >= 0) m.launcher[task] = op_of_flow_end(ends.from);
   }
-  for (const auto& [id, ends] : fwdbwd_flows) {
-    if (ends.from < 0 || ends.to < 0) continue;
-    const int32_t fwd = op_of_flow_end(ends.from), bwd = op_of_flow_end(ends.to);
+  // Forward → backward: both ends of each flow, found thread by thread in one walk each.
+  std::vector<int32_t> flow_ends;  // from, to of each complete flow
+  for (const auto& [id, ends] : fwdbwd_flows)
+    if (ends.from >= 0 && ends.to >= 0) flow_ends.push_back(ends.from), flow_ends.push_back(ends.to);
+  std::map<const Lane*, std::vector<std::pair<double, int32_t>>> ends_by_lane;
+  for (size_t k = 0; k < flow_ends.size(); ++k) {
+    const Event& e = trace.events[flow_ends[k]];
+    const auto it = host.find({e.pid, e.tid});
+    if (it != host.end()) ends_by_lane[&it->second].emplace_back(e.ts, static_cast<int32_t>(k));
+  }
+  std::vector<int32_t> slice(flow_ends.size(), -1);
+  for (auto& [lane, at] : ends_by_lane) b.slices_at(*lane, at, slice);
+  auto op_of = [&](int32_t i) { return i < 0 || m.kind[i] == Kind::op ? i : m.op_parent[i]; };
+  for (size_t k = 0; k < flow_ends.size(); k += 2) {
+    const int32_t fwd = op_of(slice[k]), bwd = op_of(slice[k + 1]);
     if (fwd >= 0 && bwd >= 0) m.forward[bwd] = fwd;
   }
   if (fwdbwd_flows.empty()) {  // older traces: match Sequence numbers instead, in time order
