@@ -9,9 +9,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <deque>
 #include <map>
 #include <set>
-#include <unordered_map>
 #include <unordered_set>
 
 namespace opfuse::analyze {
@@ -62,9 +62,12 @@ const std::unordered_set<std::string>& elementwise_names() {
   return names;
 }
 
+// An op's tensor inputs (scalars and unknown entries dropped). Shapes are interned: equal
+// shapes are one object, so comparing them is comparing pointers.
 struct OpShapes {
-  std::vector<Shape> shapes;  // tensor inputs (scalars and unknown entries dropped)
+  std::vector<const Shape*> shapes;
   std::vector<int64_t> bytes;
+  const Shape* single = nullptr;  // the shape every input has, if there is one
 };
 
 int64_t elements(const Shape& s) {
@@ -107,7 +110,15 @@ struct Finder {
   std::vector<std::string> names;      // per string id, normalised (op names only)
   std::vector<uint32_t> name_of_op;    // per event: its name's id if it is an op, else 0; compact,
                                        // so walking sequences does not pull in whole events
-  std::unordered_map<uint64_t, OpShapes> shape_cache;  // by (dims, types) string ids
+  // OpShapes by (dims, types) string ids: per dims id a short chain of entries, one per types id.
+  struct ShapeEntry {
+    uint32_t types;
+    int32_t next;
+    OpShapes shapes;
+  };
+  std::vector<int32_t> shapes_by_dims;  // per string id: its first entry, or -1
+  std::deque<ShapeEntry> shape_entries; // a deque: references into it stay valid
+  std::set<Shape> distinct_shapes;      // what OpShapes point into
   std::vector<std::vector<char>> can_start;  // per rule pattern, per string id: may a match start here
   std::vector<std::vector<int16_t>> name_of; // per rule pattern, per string id: its index in the pattern's names
   std::vector<std::pair<const Rule*, const RulePattern*>> flat;  // every rule pattern, in rule order
@@ -121,7 +132,8 @@ struct Finder {
   std::map<std::pair<std::string, std::string>, double> measured;
 
   Finder(const Trace& trace, const Model& model, const Options& options)
-      : t(trace), m(model), o(options), names(trace.strings.size()), claimed(trace.events.size(), 0) {
+      : t(trace), m(model), o(options), names(trace.strings.size()), shapes_by_dims(trace.strings.size(), -1),
+        claimed(trace.events.size(), 0) {
     std::vector<char> done(t.strings.size(), 0);
     name_of_op.assign(t.events.size(), 0);
     for (size_t i = 0; i < t.events.size(); ++i) {
@@ -146,8 +158,11 @@ struct Finder {
 
   const OpShapes& op_shapes(int32_t e) {
     const Event& ev = t.events[e];
-    auto [it, fresh] = shape_cache.try_emplace(uint64_t{ev.dims} << 32 | ev.types);
-    if (!fresh) return it->second;
+    int32_t& head = shapes_by_dims[ev.dims];
+    for (int32_t k = head; k >= 0; k = shape_entries[k].next)
+      if (shape_entries[k].types == ev.types) return shape_entries[k].shapes;
+    shape_entries.push_back({ev.types, head, {}});
+    head = static_cast<int32_t>(shape_entries.size() - 1);
     const auto dims = parse_dims(t.strings[ev.dims]);
     std::vector<std::string_view> types;
     const std::string& ts = t.strings[ev.types];
@@ -156,13 +171,17 @@ struct Finder {
       if (b == std::string::npos) b = ts.size();
       types.push_back(std::string_view(ts).substr(a, b - a));
     }
+    OpShapes& out = shape_entries.back().shapes;
     for (size_t k = 0; k < dims.size(); ++k) {
       const Shape& s = dims[k];
       if (s.empty() || std::any_of(s.begin(), s.end(), [](int64_t d) { return d < 0; })) continue;
-      it->second.shapes.push_back(s);
-      it->second.bytes.push_back(elements(s) * dtype_bytes(k < types.size() ? types[k] : ""));
+      out.shapes.push_back(&*distinct_shapes.insert(s).first);
+      out.bytes.push_back(elements(s) * dtype_bytes(k < types.size() ? types[k] : ""));
     }
-    return it->second;
+    const bool one = !out.shapes.empty() &&
+                     std::all_of(out.shapes.begin(), out.shapes.end(), [&](const Shape* x) { return x == out.shapes[0]; });
+    out.single = one ? out.shapes[0] : nullptr;
+    return out;
   }
 
   bool shapes_ok(const std::vector<int32_t>& ops, Shapes want) {
@@ -170,9 +189,9 @@ struct Finder {
     const Shape* first = nullptr;
     bool all_same = true;
     for (int32_t e : ops)
-      for (const Shape& s : op_shapes(e).shapes) {
-        if (first == nullptr) first = &s;
-        else if (s != *first) all_same = false;
+      for (const Shape* s : op_shapes(e).shapes) {
+        if (first == nullptr) first = s;
+        else if (s != first) all_same = false;
       }
     return want == Shapes::same ? all_same : (first != nullptr && !all_same);
   }
@@ -272,7 +291,7 @@ struct Finder {
       size_t j = i + 1;
       while (j < n && j - i < 8) {
         const Shape* next = run_shape(seq[j]);
-        if (next == nullptr || *next != *shape) break;
+        if (next == nullptr || next != shape) break;
         ++j;
       }
       if (j - i >= 2) {
@@ -290,11 +309,7 @@ struct Finder {
     if (!elementwise[name_of_op[e]]) return nullptr;
     for (int32_t x = e; x >= 0; x = m.op_parent[x])  // inside a match (an optimizer step) is taken
       if (claimed[x]) return nullptr;
-    const OpShapes& s = op_shapes(e);
-    if (s.shapes.empty()) return nullptr;
-    for (const Shape& x : s.shapes)
-      if (x != s.shapes[0]) return nullptr;
-    return &s.shapes[0];
+    return op_shapes(e).single;
   }
 
   // --- cost --------------------------------------------------------------------------------
@@ -317,7 +332,7 @@ struct Finder {
   // else the match's bytes at the bandwidth its own ops achieved.
   double fused_time(const Match& mt, std::string& how) {
     const std::vector<int32_t>& ops = bytes_ops(mt);
-    std::vector<const Shape*> distinct;  // into shape_cache, whose nodes do not move
+    std::vector<const Shape*> distinct;
     std::vector<int64_t> distinct_bytes;
     double chain_bytes = 0, chain_time = 0, slowest = 0;
     for (int32_t e : ops) {
@@ -326,8 +341,8 @@ struct Finder {
       for (size_t k = 0; k < s.shapes.size(); ++k) {
         chain_bytes += static_cast<double>(s.bytes[k]);
         biggest = std::max(biggest, s.bytes[k]);
-        if (std::none_of(distinct.begin(), distinct.end(), [&](const Shape* d) { return *d == s.shapes[k]; })) {
-          distinct.push_back(&s.shapes[k]);
+        if (std::find(distinct.begin(), distinct.end(), s.shapes[k]) == distinct.end()) {
+          distinct.push_back(s.shapes[k]);
           distinct_bytes.push_back(s.bytes[k]);
         }
       }
