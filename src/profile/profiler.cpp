@@ -39,7 +39,7 @@ struct Record {
 // Records live in blocks mapped apart from malloc's heap. Kept on the heap, thousands of
 // long-lived records per step sat between the step's tensors, so their freed memory could not
 // be reused whole: each profiled step faulted in fresh pages (B0 at 224 px: +335 MB of RSS and
-// +60 % step time per profiled step, growing). Strings repeat, so each is stored once per thread.
+// up to +90 % step time, growing step by step). Strings repeat, so each is stored once per thread.
 class RecordLog {
  public:
   RecordLog() = default;
