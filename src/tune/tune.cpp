@@ -27,10 +27,10 @@ void say(const Hooks& h, const std::string& stage) {
   if (h.stage) h.stage(stage);
 }
 
-// The baseline is profiled right after it is built, and its memory takes a dozen steps to
-// settle: at B0 128 px its profiled steps ran 1.8× an unprofiled step after 2 warm-up steps,
-// 1.2–1.45× after 6 and 1.08× after 12. Inflated chain times would inflate what the analysis
-// says each fusion saves.
+// The baseline is profiled right after it is built, while its memory is still settling: at
+// B0 128 px (single runs each) its profiled steps ran 1.8× an unprofiled step after 2 warm-up
+// steps, 1.2–1.45× after 6 and 1.1–1.4× after 12. Inflated chain times would inflate what the
+// analysis says each fusion saves.
 constexpr int kProfileWarmup = 12;
 
 // Profiles `steps` steps of the session into path and analyzes the trace.
