@@ -34,10 +34,10 @@ analyze::Analysis analyze_one(const std::string& path, const AnalyzeArgs& args, 
   options.backend = args.backend == "auto" ? analyze::detect_backend(t) : analyze::parse_backend(args.backend);
   // Timing an opfuse op here only says something about a CPU trace taken on a CPU like this one,
   // and loading LibTorch to do it costs more than the whole analysis, so it is asked for.
-  if (args.measure && options.backend != analyze::Backend::cpu)
+  if (args.measure && options.backend != analyze::Backend::cpu) {
     std::fprintf(stderr, "warning: %s: --measure times opfuse ops on CPU traces only; this one is %s, so bandwidth estimates are used\n",
                  path.c_str(), analyze::backend_name(options.backend));
-  if (args.measure && options.backend == analyze::Backend::cpu) {
+  } else if (args.measure) {
     const auto time_op = reinterpret_cast<TimeFusedOp>(torch_symbol("opfuse_time_fused_op"));
     options.measure = [time_op](const std::string& op, const std::string& dims) { return time_op(op.c_str(), dims.c_str()); };
   }

@@ -42,7 +42,7 @@ struct Record {
 // up to +90 % step time, growing step by step). Strings repeat, so each is stored once per thread.
 class RecordLog {
  public:
-  RecordLog() = default;
+  RecordLog() { intern(""); }  // id 0: no string (a record without a module)
   RecordLog(const RecordLog&) = delete;
   RecordLog& operator=(const RecordLog&) = delete;
   ~RecordLog() { clear(); }
@@ -86,8 +86,6 @@ struct ThreadBuffer {
   uint64_t tid = 0;
   RecordLog records;
   std::vector<std::string> modules;  // open module scopes, innermost last
-
-  ThreadBuffer() { records.intern(""); }
 };
 
 std::mutex registry_mutex;

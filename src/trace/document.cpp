@@ -245,9 +245,13 @@ struct Reader {
 
   int64_t string_id(std::string_view s) { return -1 - static_cast<int64_t>(trace.intern(s)); }
 
+  uint32_t intern(std::string_view s, Memo& memo) {
+    return memo(s, [this](std::string_view text) { return trace.intern(text); });
+  }
+
   uint32_t string(value v, Memo& memo) {
     if (v.type() != json_type::string) return 0;
-    return memo(v.get_string().value(), [this](std::string_view s) { return trace.intern(s); });
+    return intern(v.get_string().value(), memo);
   }
 
   uint32_t dims(value v) { return cached(v, dims_cache(), dims_memo); }
@@ -273,7 +277,7 @@ struct Reader {
     std::string_view s = v.get_string();
     size_t end = 0;
     for (int frames = 0; frames < 6 && end != std::string_view::npos; ++frames) end = s.find(';', end + (frames > 0));
-    return stack_memo(s.substr(0, end), [this](std::string_view frames) { return trace.intern(frames); });
+    return intern(s.substr(0, end), stack_memo);
   }
 
   void args(simdjson::ondemand::object obj, Event& e, std::string* metadata_name) {

@@ -299,12 +299,11 @@ Model build_model(const Trace& trace) {
     if (it == starts.end()) it = starts.emplace(&lane, b.starts_of(lane)).first;
     return b.slice_at(lane, it->second, ts);
   };
+  auto op_of = [&](int32_t slice) { return slice < 0 || m.kind[slice] == Kind::op ? slice : m.op_parent[slice]; };
   auto op_of_flow_end = [&](int32_t end_index) -> int32_t {
     const Event& e = trace.events[end_index];
     const auto it = host.find({e.pid, e.tid});
-    if (it == host.end()) return -1;
-    const int32_t i = slice_at(it->second, e.ts);
-    return i < 0 || m.kind[i] == Kind::op ? i : m.op_parent[i];
+    return it == host.end() ? -1 : op_of(slice_at(it->second, e.ts));
   };
   for (const auto& [id, ends] : npu_flows) {
     if (ends.from < 0 || ends.to < 0) continue;
@@ -326,7 +325,6 @@ Model build_model(const Trace& trace) {
   }
   std::vector<int32_t> slice(flow_ends.size(), -1);
   for (auto& [lane, at] : ends_by_lane) b.slices_at(*lane, at, slice);
-  auto op_of = [&](int32_t i) { return i < 0 || m.kind[i] == Kind::op ? i : m.op_parent[i]; };
   for (size_t k = 0; k < flow_ends.size(); k += 2) {
     const int32_t fwd = op_of(slice[k]), bwd = op_of(slice[k + 1]);
     if (fwd >= 0 && bwd >= 0) m.forward[bwd] = fwd;

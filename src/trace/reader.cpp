@@ -128,6 +128,8 @@ size_t next_boundary(std::string_view json, size_t from) {
   return std::string_view::npos;
 }
 
+bool is_begin_end(const Event& e) { return e.phase == 'B' || e.phase == 'E'; }
+
 // Copies json[begin, begin + n) to `to`; false if the bytes could not be read.
 using Copy = std::function<bool(size_t begin, size_t n, char* to)>;
 
@@ -151,11 +153,11 @@ std::vector<size_t> chunk_starts(std::string_view json, size_t begin, size_t end
   for (size_t guess = begin + std::min(chunk_bytes, kFirstChunkBytes); guess < end;
        guess = starts.back() + chunk_bytes) {
     size_t at = std::string_view::npos;
-    for (size_t n = size_t{16} << 10;; n *= 4) {
+    for (size_t n = size_t{16} << 10; at == std::string_view::npos; n *= 4) {
       const size_t len = std::min(n, end - guess);
       const size_t found = next_boundary(bytes_at(json, guess, len, copy, buffer), 0);
       if (found != std::string_view::npos) at = guess + found;
-      if (found != std::string_view::npos || guess + len == end) break;
+      else if (guess + len == end) break;
     }
     if (at == std::string_view::npos) break;
     starts.push_back(at);
@@ -240,7 +242,7 @@ class Merger {
       e.name = map_[e.name], e.category = map_[e.category], e.module = map_[e.module];
       e.dims = map_[e.dims], e.types = map_[e.types], e.stack = map_[e.stack];
       e.pid = id(e.pid), e.tid = id(e.tid), e.flow_id = id(e.flow_id);
-      begin_end_ |= e.phase == 'B' || e.phase == 'E';
+      begin_end_ |= is_begin_end(e);
       into_.events.push_back(e);
     }
     for (auto& [pid, n] : part.process_names) into_.process_names[id(pid)] = n;
@@ -441,8 +443,7 @@ Trace parse_bytes(std::string_view json, const std::string& name, size_t chunk_b
     Document doc{bytes, name};
     trace = parse_document(doc);
     opfuse_metadata = doc.opfuse_metadata;
-    begin_end = std::any_of(trace.events.begin(), trace.events.end(),
-                            [](const Event& e) { return e.phase == 'B' || e.phase == 'E'; });
+    begin_end = std::any_of(trace.events.begin(), trace.events.end(), is_begin_end);
   }
   if (begin_end) close_begin_end(trace, name);
   trace.dialect = detect(trace, opfuse_metadata);
