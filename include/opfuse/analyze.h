@@ -65,11 +65,21 @@ struct GraphRewrite {
   std::string pattern, replacement;
 };
 
+// How the Python package answers a rule on a Python model: a submodule whose whole forward op
+// chain is one of the rule's patterns becomes `module` (a class in opfuse.nn built from the one it
+// replaces, keeping its parameters and buffers); chains written inside a forward are rewritten
+// with torch.fx, each pair a Python expression over placeholders and its replacement.
+struct PythonRewrite {
+  std::string module;
+  std::vector<GraphRewrite> fx;
+};
+
 struct Rule {
   std::string name, kind;  // kind: elementwise, norm, attention, layout, optimizer, …
   std::vector<RulePattern> patterns;
   std::map<Backend, std::string> replacement;
   std::vector<GraphRewrite> torchscript;
+  PythonRewrite python;
   int min_children = 0;    // optimizer steps: how many per-parameter ops make it "unfused"
   std::string source;      // the file it came from
 };

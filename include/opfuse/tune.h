@@ -5,12 +5,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "opfuse/analyze.h"
 
 namespace opfuse::tune {
+
+class Workload;  // opfuse/workload.h (LibTorch types; the report needs none of them)
 
 struct TuneOptions {
   std::string model = "efficientnet-b0";  // a built-in model, or a TorchScript FILE.pt
@@ -103,11 +106,21 @@ struct Hooks {
   std::function<void(const analyze::Analysis&)> analysed;  // the baseline's findings, as soon as known
 };
 
-// Throws std::invalid_argument naming the bad option (or the model file).
+// Throws std::invalid_argument naming the bad option (or the model file) of a built-in or
+// TorchScript model.
 void validate(const TuneOptions& options);
+// The options every workload's loop reads (steps, rounds, out_dir, …).
+void validate_loop(const TuneOptions& options);
 
-// Throws std::invalid_argument for bad options or a model that cannot be loaded.
+// The loop on the model options.model names. Throws std::invalid_argument for bad options or a
+// model that cannot be loaded.
 TuneResult tune(const TuneOptions& options, const Hooks& hooks = {});
+
+// The loop on any workload (a Python model's, from the Python package): `pristine` is only
+// cloned, never changed. `tuned`, when given, receives the tuned workload (the pristine one's
+// clone with the kept rewrites) when any rewrite verified.
+TuneResult tune(const Workload& pristine, const TuneOptions& options, const Hooks& hooks,
+                std::shared_ptr<Workload>* tuned = nullptr);
 
 // `opfuse rewrite`: the TorchScript rewrites of every rule applied and verified on an input of
 // `input_shape`; the rewritten module is written to out_path only when at least one verified.

@@ -77,6 +77,15 @@ Rule parse_opfuse_rule(const std::string& name, const YAML::Node& n) {
       r.torchscript.push_back({scalar(name, g["pattern"], "a torchscript pattern"),
                                scalar(name, g["replacement"], "a torchscript replacement")});
   }
+  if (const YAML::Node py = n["python"]) {
+    if (!py.IsMap()) fail(name, py, "python must be a map with module and/or fx");
+    if (py["module"]) r.python.module = scalar(name, py["module"], "a python module class");
+    if (const YAML::Node fx = py["fx"]) {
+      if (!fx.IsSequence()) fail(name, fx, "python fx must be a list of {pattern, replacement}");
+      for (const auto& g : fx)
+        r.python.fx.push_back({scalar(name, g["pattern"], "an fx pattern"), scalar(name, g["replacement"], "an fx replacement")});
+    }
+  }
   return r;
 }
 

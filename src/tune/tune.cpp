@@ -13,15 +13,10 @@
 #include "opfuse/stats.h"
 #include "opfuse/trace.h"
 #include "rewrite/models.h"
-#include "tune/session.h"
+#include "tune/model_workload.h"
 
 namespace opfuse::tune {
 namespace {
-
-std::unique_ptr<rewrite::Model> load_model(const TuneOptions& o) {
-  if (is_file_model(o.model)) return rewrite::load_torchscript(o.model);
-  return rewrite::efficientnet(o.model, o.image_size, o.num_classes, o.seed);
-}
 
 void say(const Hooks& h, const std::string& stage) {
   if (h.stage) h.stage(stage);
@@ -33,22 +28,29 @@ void say(const Hooks& h, const std::string& stage) {
 // analysis says each fusion saves.
 constexpr int kProfileWarmup = 12;
 
-// Profiles `steps` steps of the session into path and analyzes the trace.
-analyze::Analysis profile_and_analyze(Session& s, const TuneOptions& o, const std::string& path, int first_step,
-                                      const std::string& variant) {
+// Profiles `steps` steps of the workload into path and analyzes the trace.
+analyze::Analysis profile_and_analyze(Workload& w, const TuneOptions& o, const std::string& path, int first_step) {
   profile::Profiler profiler;
+  w.set_profiling(true);
   profiler.start();
-  for (int i = 0; i < o.profile_steps; ++i) {
-    profile::Scope step("ProfilerStep#" + std::to_string(first_step + i));
-    s.step();
+  try {
+    for (int i = 0; i < o.profile_steps; ++i) {
+      profile::Scope step("ProfilerStep#" + std::to_string(first_step + i));
+      w.step();
+    }
+  } catch (...) {
+    profiler.stop();
+    w.set_profiling(false);
+    throw;
   }
   profiler.stop();
+  w.set_profiling(false);
   profiler.write(path, {{"opfuse_version", "0.1.0"},
                         {"torch_version", TORCH_VERSION},
-                        {"model", o.model},
-                        {"variant", variant},
+                        {"model", w.name()},
+                        {"variant", w.describe()},
                         {"threads", at::get_num_threads()},
-                        {"batch_size", input_shape(o).front()}});
+                        {"batch_size", w.samples_per_step()}});
   const trace::Trace t = trace::read_trace(path);
   analyze::Options options;
   if (o.measure_ops)
@@ -69,15 +71,15 @@ const analyze::Rule* rule_named(const std::vector<analyze::Rule>& rules, const s
 }
 
 // One replacement per finding a rewrite applies to; the others are listed with the reason.
-void plan(const analyze::Analysis& a, const TuneOptions& o, const rewrite::Model& baseline,
-          std::vector<Replacement>& planned, std::vector<rewrite::Rewrite>& rewrites, std::vector<NotApplied>& skipped) {
+void plan(const analyze::Analysis& a, const TuneOptions& o, const Workload& baseline, std::vector<Replacement>& planned,
+          std::vector<Rewrite>& rewrites, std::vector<NotApplied>& skipped) {
   for (const analyze::Finding& f : a.findings) {
     if (f.mined) {
       skipped.push_back({f.rule + " " + f.pattern, "no fused op exists for it yet"});
       continue;
     }
     const analyze::Rule* rule = rule_named(o.rules, f.rule);
-    const std::vector<rewrite::Rewrite> candidates = rule ? rewrite::rewrites_for(*rule) : std::vector<rewrite::Rewrite>{};
+    const std::vector<Rewrite> candidates = rule ? baseline.rewrites_for(*rule) : std::vector<Rewrite>{};
     if (candidates.empty()) {
       skipped.push_back({f.rule, fmt::format("no rewrite to {} is known for this model yet", f.replacement)});
       continue;
@@ -105,8 +107,8 @@ struct Timing {
 };
 
 // Variants alternate round by round, the order rotating, each after its own warm-up.
-Timing alternate(std::vector<Session*> sessions, const TuneOptions& o, int64_t batch, const Hooks& h) {
-  for (Session* s : sessions)
+Timing alternate(std::vector<Workload*> sessions, const TuneOptions& o, int64_t batch, const Hooks& h) {
+  for (Workload* s : sessions)
     for (int i = 0; i < std::max(1, o.warmup); ++i) s->step();
   Timing t;
   t.images_per_sec.resize(sessions.size());
@@ -187,15 +189,20 @@ std::vector<RuleTime> rule_times(const TuneResult& r, const TuneOptions& o) {
 
 }  // namespace
 
-void validate(const TuneOptions& o) {
-  if (o.image_size < 32) throw std::invalid_argument(fmt::format("--image-size {} is below the minimum of 32", o.image_size));
-  if (o.batch_size < 1) throw std::invalid_argument("--batch-size must be at least 1");
+void validate_loop(const TuneOptions& o) {
   if (o.steps < 1) throw std::invalid_argument("--steps must be at least 1");
   if (o.rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
   if (o.warmup < 0) throw std::invalid_argument("--warmup must not be negative");
   if (o.profile_steps < 1) throw std::invalid_argument("--profile-steps must be at least 1");
-  if (o.loss != "ce" && o.loss != "mse") throw std::invalid_argument(fmt::format("unknown loss '{}' (ce or mse)", o.loss));
   if (!(o.min_gain >= -1)) throw std::invalid_argument("--min-gain must be at least -1 (which keeps every verified rewrite)");
+  if (o.out_dir.empty() || !std::filesystem::is_directory(o.out_dir))
+    throw std::invalid_argument(fmt::format("{}: the output folder does not exist", o.out_dir));
+}
+
+void validate(const TuneOptions& o) {
+  if (o.image_size < 32) throw std::invalid_argument(fmt::format("--image-size {} is below the minimum of 32", o.image_size));
+  if (o.batch_size < 1) throw std::invalid_argument("--batch-size must be at least 1");
+  if (o.loss != "ce" && o.loss != "mse") throw std::invalid_argument(fmt::format("unknown loss '{}' (ce or mse)", o.loss));
   for (int64_t d : o.input_shape)
     if (d < 1) throw std::invalid_argument("--input-shape dimensions must be positive");
   if (!is_file_model(o.model)) {
@@ -208,46 +215,61 @@ void validate(const TuneOptions& o) {
 
 TuneResult tune(const TuneOptions& o, const Hooks& h) {
   validate(o);
+  validate_loop(o);
   at::set_num_threads(o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency()));
-  TuneResult result;
+  say(h, "baseline: building the model");
+  const std::shared_ptr<ModelWorkload> pristine = ModelWorkload::load(o);
+  TuneResult result = tune(*pristine, o, h);
   result.model = o.model;
-  result.image_size = o.image_size;
-  result.batch_size = static_cast<int>(input_shape(o).front());
+  result.image_size = is_file_model(o.model) ? 0 : o.image_size;
   result.input_shape = o.input_shape;
+  return result;
+}
+
+TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, std::shared_ptr<Workload>* tuned_out) {
+  validate_loop(o);
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  TuneResult result;
+  result.model = pristine.name();
+  result.batch_size = static_cast<int>(pristine.samples_per_step());
   result.steps = o.steps;
   result.rounds = o.rounds;
   result.threads = at::get_num_threads();
 
-  say(h, "baseline: building and profiling");
-  const std::unique_ptr<rewrite::Model> pristine = load_model(o);
-  const Batches batches = make_batches(o, *pristine);
-  Session base(pristine->clone(), batches, o);
+  say(h, "baseline: warming up and profiling");
+  const std::shared_ptr<Workload> base = pristine.clone();
   const int base_warmup = std::max(o.warmup, kProfileWarmup);
-  for (int i = 0; i < base_warmup; ++i) base.step();
-  result.baseline.variant = pristine->describe();
+  for (int i = 0; i < base_warmup; ++i) {
+    base->step();
+    if (h.progress) h.progress(i + 1, base_warmup);
+  }
+  result.baseline.variant = pristine.describe();
   result.baseline.trace = o.out_dir + "/baseline.trace.json";
-  result.baseline.analysis = profile_and_analyze(base, o, result.baseline.trace, base_warmup + 1, result.baseline.variant);
+  result.baseline.analysis = profile_and_analyze(*base, o, result.baseline.trace, base_warmup + 1);
   result.baseline.ops_per_step = ops_per_step(result.baseline.analysis);
   if (h.analysed) h.analysed(result.baseline.analysis);
 
   say(h, "plan and verify");
-  std::vector<rewrite::Rewrite> rewrites;
-  plan(result.baseline.analysis, o, *pristine, result.replacements, rewrites, result.not_applied);
-  std::vector<std::unique_ptr<rewrite::Model>> verified;  // the pristine model with each verified rewrite alone
-  std::vector<size_t> verified_index;
+  std::vector<Rewrite> rewrites;
+  plan(result.baseline.analysis, o, pristine, result.replacements, rewrites, result.not_applied);
+  std::vector<size_t> verified_index;  // the pristine workload with each verified rewrite alone
   for (size_t i = 0; i < rewrites.size(); ++i) {
-    auto candidate = pristine->clone();
-    rewrites[i].apply(*candidate);
+    auto candidate = pristine.clone();
     Replacement& r = result.replacements[i];
-    r.verdict = verify(*pristine, *candidate, batches, o.seed + 11);
+    try {
+      rewrites[i].apply(*candidate);
+      r.verdict = verify(pristine, *candidate, o.seed + 11);
+    } catch (const std::exception& e) {
+      r.verdict.error = std::string("the rewrite failed: ") + e.what();
+    }
+    if (h.progress) h.progress(static_cast<int>(i + 1), static_cast<int>(rewrites.size()));
     if (!r.verdict.passed) {
       r.why = rejection(r.verdict);
       continue;
     }
-    verified.push_back(std::move(candidate));
     verified_index.push_back(i);
   }
-  result.any_verified = !verified.empty();
+  result.any_verified = !verified_index.empty();
   if (!result.any_verified) {
     result.tuned = result.baseline;
     return result;
@@ -255,19 +277,19 @@ TuneResult tune(const TuneOptions& o, const Hooks& h) {
 
   // Each variant adds one verified rewrite to the one before, so each gain is measured on its own.
   say(h, "measure: baseline and rewrites alternating");
-  std::vector<std::unique_ptr<Session>> variants;
-  variants.push_back(std::make_unique<Session>(pristine->clone(), batches, o));
-  std::unique_ptr<rewrite::Model> cumulative = pristine->clone();
+  std::vector<std::shared_ptr<Workload>> variants;
+  variants.push_back(pristine.clone());
+  std::shared_ptr<Workload> cumulative = pristine.clone();
   for (size_t i : verified_index) {
     rewrites[i].apply(*cumulative);
-    variants.push_back(std::make_unique<Session>(cumulative->clone(), batches, o));
+    variants.push_back(cumulative->clone());
   }
-  std::vector<Session*> order;
+  std::vector<Workload*> order;
   for (auto& v : variants) order.push_back(v.get());
   const Timing timing = alternate(order, o, result.batch_size, h);
   std::vector<double> medians;
   for (const auto& samples : timing.images_per_sec) medians.push_back(median(samples));
-  std::unique_ptr<rewrite::Model> tuned_model = pristine->clone();
+  std::shared_ptr<Workload> tuned_model = pristine.clone();
   bool all_kept = true;
   for (size_t k = 0; k < verified_index.size(); ++k) {
     Replacement& r = result.replacements[verified_index[k]];
@@ -281,28 +303,27 @@ TuneResult tune(const TuneOptions& o, const Hooks& h) {
   summarise(result.baseline, timing.images_per_sec.front());
 
   // With every rewrite kept, the last variant is the tuned model; otherwise time the kept set.
-  Session* tuned = variants.back().get();
-  std::unique_ptr<Session> kept_session;
+  std::shared_ptr<Workload> tuned = variants.back();
   if (all_kept) {
     summarise(result.tuned, timing.images_per_sec.back());
   } else {
     say(h, "measure: baseline and the kept rewrites alternating");
-    kept_session = std::make_unique<Session>(tuned_model->clone(), batches, o);
-    const Timing final_timing = alternate({variants.front().get(), kept_session.get()}, o, result.batch_size, h);
+    tuned = tuned_model->clone();
+    const Timing final_timing = alternate({variants.front().get(), tuned.get()}, o, result.batch_size, h);
     summarise(result.baseline, final_timing.images_per_sec[0]);
     summarise(result.tuned, final_timing.images_per_sec[1]);
-    tuned = kept_session.get();
   }
   result.speedup = result.tuned.median / result.baseline.median;
-  result.tuned.variant = tuned->model().describe();
+  result.tuned.variant = tuned->describe();
 
   say(h, "tuned: profiling");
   result.tuned.trace = o.out_dir + "/tuned.trace.json";
-  result.tuned.analysis = profile_and_analyze(*tuned, o, result.tuned.trace, o.warmup + 1, result.tuned.variant);
+  result.tuned.analysis = profile_and_analyze(*tuned, o, result.tuned.trace, o.warmup + 1);
   result.tuned.ops_per_step = ops_per_step(result.tuned.analysis);
   result.diff = analyze::diff(result.baseline.analysis, result.tuned.analysis);
   result.rule_times = rule_times(result, o);
   result.saved = tuned_model->save(o.out_dir + "/tuned");
+  if (tuned_out) *tuned_out = tuned_model;
   return result;
 }
 
@@ -310,19 +331,18 @@ RewriteResult rewrite_file(const std::string& in_path, const std::string& out_pa
   TuneOptions with_model = o;
   with_model.model = in_path;
   validate(with_model);
-  const std::unique_ptr<rewrite::Model> pristine = rewrite::load_torchscript(in_path);
-  const Batches batches = make_batches(with_model, *pristine);
+  const std::shared_ptr<ModelWorkload> pristine = ModelWorkload::load(with_model);
   RewriteResult result;
-  std::unique_ptr<rewrite::Model> rewritten = pristine->clone();
+  std::shared_ptr<Workload> rewritten = pristine->clone();
   for (const analyze::Rule& rule : o.rules)
-    for (const rewrite::Rewrite& rw : rewrite::rewrites_for(rule)) {
+    for (const Rewrite& rw : pristine->rewrites_for(rule)) {
       auto candidate = rewritten->clone();
       Replacement r;
       r.rule = rule.name;
       r.rewrite = rw.name;
       r.places = rw.apply(*candidate);
       if (r.places == 0) continue;
-      r.verdict = verify(*pristine, *candidate, batches, o.seed + 11);
+      r.verdict = verify(*pristine, *candidate, o.seed + 11);
       r.kept = r.verdict.passed;
       if (r.kept) rewritten = std::move(candidate);
       else r.why = rejection(r.verdict);
@@ -331,7 +351,8 @@ RewriteResult rewrite_file(const std::string& in_path, const std::string& out_pa
   const bool any = std::any_of(result.replacements.begin(), result.replacements.end(),
                                [](const Replacement& r) { return r.kept; });
   if (any) {
-    dynamic_cast<const rewrite::TorchScriptModel&>(*rewritten).module.save(out_path);
+    auto& model = dynamic_cast<ModelWorkload&>(*rewritten).model();
+    dynamic_cast<const rewrite::TorchScriptModel&>(model).module.save(out_path);
     result.written = true;
   }
   return result;

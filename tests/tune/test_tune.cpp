@@ -11,7 +11,7 @@
 
 #include "opfuse/rewrite.h"
 #include "opfuse/tune.h"
-#include "tune/session.h"
+#include "tune/model_workload.h"
 
 namespace opfuse::tune {
 namespace {
@@ -25,6 +25,12 @@ TuneOptions tiny(int image_size = 64, int batch = 4) {
   return o;
 }
 
+// The model as tune sees it: with batches drawn from the options' seed.
+std::shared_ptr<ModelWorkload> workload(std::unique_ptr<rewrite::Model> model, const TuneOptions& o) {
+  auto batches = std::make_shared<const Batches>(make_batches(o, *model));
+  return std::make_shared<ModelWorkload>(std::move(model), batches, o.lr);
+}
+
 const analyze::Rule& rule(const std::vector<analyze::Rule>& rules, const std::string& name) {
   for (const auto& r : rules)
     if (r.name == name) return r;
@@ -34,9 +40,8 @@ const analyze::Rule& rule(const std::vector<analyze::Rule>& rules, const std::st
 TEST(Verify, AnUnchangedModelHasNoError) {
   const TuneOptions o = tiny();
   SCOPED_TRACE("seed " + std::to_string(o.seed));
-  auto model = rewrite::efficientnet("efficientnet-b0", o.image_size, o.num_classes, o.seed);
-  const Batches b = make_batches(o, *model);
-  const Verdict v = verify(*model, *model, b, o.seed);
+  auto model = workload(rewrite::efficientnet("efficientnet-b0", o.image_size, o.num_classes, o.seed), o);
+  const Verdict v = verify(*model, *model, o.seed);
   EXPECT_TRUE(v.passed) << v.error;
   EXPECT_EQ(v.float32_error, 0);
   EXPECT_EQ(v.float64_error, 0);
@@ -45,15 +50,14 @@ TEST(Verify, AnUnchangedModelHasNoError) {
 TEST(Verify, FusedSwishAndGateAgreeWithTheReference) {
   const TuneOptions o = tiny();
   SCOPED_TRACE("seed " + std::to_string(o.seed));
-  auto model = rewrite::efficientnet("efficientnet-b0", o.image_size, o.num_classes, o.seed);
-  const Batches b = make_batches(o, *model);
+  auto model = workload(rewrite::efficientnet("efficientnet-b0", o.image_size, o.num_classes, o.seed), o);
   const auto rules = analyze::default_rules();
   for (const char* name : {"silu", "se_gate"}) {
     auto candidate = model->clone();
-    const auto rewrites = rewrite::rewrites_for(rule(rules, name));
+    const auto rewrites = model->rewrites_for(rule(rules, name));
     ASSERT_FALSE(rewrites.empty());
     EXPECT_GT(rewrites.front().apply(*candidate), 0);
-    const Verdict v = verify(*model, *candidate, b, o.seed);
+    const Verdict v = verify(*model, *candidate, o.seed);
     std::printf("%s: float32 %.3g float64 %.3g (worst: %s)\n", name, v.float32_error, v.float64_error, v.worst.c_str());
     EXPECT_TRUE(v.passed) << name << ": " << rejection(v);
   }
@@ -93,35 +97,35 @@ TEST(TorchScript, DefaultRewritesReplaceSwishAndGateAndVerify) {
   o.model = "net.pt";
   SCOPED_TRACE("seed " + std::to_string(o.seed));
   torch::manual_seed(o.seed);
-  auto model = scripted_net(temp_dir("good"));
-  const Batches b = make_batches(o, *model);
+  auto model = workload(scripted_net(temp_dir("good")), o);
   const auto rules = analyze::default_rules();
   auto rewritten = model->clone();
+  auto rewrite = [&](const char* name, Workload& w) { return model->rewrites_for(rule(rules, name)).back().apply(w); };
   // The gate's pattern must not take x * sigmoid(x), which silu covers: two Swish places, one gate.
-  EXPECT_EQ(rewrite::rewrites_for(rule(rules, "se_gate")).back().apply(*rewritten), 1);
-  EXPECT_EQ(rewrite::rewrites_for(rule(rules, "silu")).back().apply(*rewritten), 2);
-  EXPECT_EQ(rewrite::rewrites_for(rule(rules, "silu")).back().apply(*rewritten), 0) << "a second pass finds nothing";
-  const Verdict v = verify(*model, *rewritten, b, o.seed);
+  EXPECT_EQ(rewrite("se_gate", *rewritten), 1);
+  EXPECT_EQ(rewrite("silu", *rewritten), 2);
+  EXPECT_EQ(rewrite("silu", *rewritten), 0) << "a second pass finds nothing";
+  const Verdict v = verify(*model, *rewritten, o.seed);
   EXPECT_TRUE(v.passed) << rejection(v);
   EXPECT_LT(v.float64_error, 1e-12);
   // The original is untouched: its clone shares no graph with the rewritten one.
   auto again = model->clone();
-  EXPECT_EQ(rewrite::rewrites_for(rule(rules, "silu")).back().apply(*again), 2);
+  EXPECT_EQ(rewrite("silu", *again), 2);
 }
 
 TEST(TorchScript, AWrongRewriteFailsVerification) {
   TuneOptions o = tiny();
   o.input_shape = {3, 3, 12, 12};
   o.model = "net.pt";
-  auto model = scripted_net(temp_dir("wrong"));
-  const Batches b = make_batches(o, *model);
+  auto model = workload(scripted_net(temp_dir("wrong")), o);
   const auto rules = analyze::load_rules(std::string(std::getenv("OPFUSE_TEST_DATA")) + "/rules/wrong_silu.yaml");
   auto rewritten = model->clone();
-  EXPECT_EQ(rewrite::rewrites_for(rule(rules, "wrong_silu")).back().apply(*rewritten), 1);
-  const Verdict v = verify(*model, *rewritten, b, o.seed);
+  EXPECT_EQ(model->rewrites_for(rule(rules, "wrong_silu")).back().apply(*rewritten), 1);
+  const Verdict v = verify(*model, *rewritten, o.seed);
   EXPECT_FALSE(v.passed);
   EXPECT_GT(v.margin, 100) << v.worst;
-  EXPECT_THROW(rewrite::rewrite_graph(*rewritten, "graph(%x):\n  %y = aten::nope(", "graph(%x):\n  return (%x)"),
+  auto& graph = std::dynamic_pointer_cast<ModelWorkload>(rewritten)->model();
+  EXPECT_THROW(rewrite::rewrite_graph(graph, "graph(%x):\n  %y = aten::nope(", "graph(%x):\n  return (%x)"),
                std::invalid_argument);
 }
 
@@ -129,11 +133,10 @@ TEST(TorchScript, ARewriteThatFailsToRunIsRejectedWithItsError) {
   TuneOptions o = tiny();
   o.input_shape = {3, 3, 12, 12};
   o.model = "net.pt";
-  auto model = scripted_net(temp_dir("throws"));
-  const Batches b = make_batches(o, *model);
+  auto model = workload(scripted_net(temp_dir("throws")), o);
   // se_gate on two same-shaped tensors: the op rejects the gate's shape at run time.
   auto rewritten = model->clone();
-  EXPECT_EQ(rewrite::rewrite_graph(*rewritten, R"(
+  EXPECT_EQ(rewrite::rewrite_graph(std::dynamic_pointer_cast<ModelWorkload>(rewritten)->model(), R"(
 graph(%x):
   %s = aten::sigmoid(%x)
   %y = aten::mul(%x, %s)
@@ -143,7 +146,7 @@ graph(%x):
   %y = opfuse::se_gate(%x, %x)
   return (%y))"),
             1);
-  const Verdict v = verify(*model, *rewritten, b, o.seed);
+  const Verdict v = verify(*model, *rewritten, o.seed);
   EXPECT_FALSE(v.passed);
   EXPECT_NE(v.error.find("gate"), std::string::npos) << v.error;
 }

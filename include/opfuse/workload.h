@@ -1,0 +1,60 @@
+// What tune works on: a model with the inputs of its forward, a loss from its output and an
+// optimizer. The C++ models (built-in EfficientNet, TorchScript) and Python models (the opfuse
+// package implements this class in Python) are all Workloads, so one loop serves both front ends.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "opfuse/analyze.h"
+
+namespace opfuse::tune {
+
+// One training-mode forward and backward: every tensor the forward returned and every parameter's
+// gradient (undefined where none flowed), named, in the model's stable order.
+struct Probe {
+  std::vector<at::Tensor> outputs;
+  std::vector<std::pair<std::string, at::Tensor>> grads;
+};
+
+class Workload;
+
+// One way to answer a rule's finding on a workload. apply rewrites the workload in place and
+// returns how many places changed (0: it does not apply here).
+struct Rewrite {
+  std::string rule;  // the analyze rule whose finding it answers ("silu")
+  std::string name;  // what it does, for people: "Swish modules → opfuse::silu"
+  std::function<int(Workload&)> apply;
+};
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  virtual std::string name() const = 0;
+  // What has been rewritten so far, e.g. "swish=fused se_gate=composite".
+  virtual std::string describe() const = 0;
+  // Samples one step trains on (the batch size), for images/s.
+  virtual int64_t samples_per_step() const = 0;
+  // Its own copy of every parameter and buffer, a fresh optimizer, the same inputs.
+  virtual std::shared_ptr<Workload> clone() const = 0;
+  // One training step (forward, loss, backward, optimizer); returns its milliseconds.
+  virtual double step() = 0;
+  // Converts to dtype and runs one training-mode forward and backward on the first inputs with the
+  // random streams seeded by `seed`; floating inputs are scaled by (1 + nudge · noise) first, to
+  // see how far rounding-sized changes carry. Callers run it on a clone.
+  virtual Probe probe(at::ScalarType dtype, uint64_t seed, double nudge) = 0;
+  // The rewrites that may answer this rule on this kind of workload.
+  virtual std::vector<Rewrite> rewrites_for(const analyze::Rule& rule) const = 0;
+  // Called around profiled steps: a Python model opens its module scopes only then.
+  virtual void set_profiling(bool /*on*/) {}
+  // Writes the model so it can be used; returns the paths written.
+  virtual std::vector<std::string> save(const std::string& path_without_extension) const = 0;
+};
+
+}  // namespace opfuse::tune

@@ -1,0 +1,109 @@
+// Verification of a rewritten workload against its baseline: outputs and every parameter
+// gradient, in float64 and in float32.
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "tune/model_workload.h"
+
+namespace opfuse::tune {
+namespace {
+
+// An error's first line, or for the TorchScript interpreter's report (a traceback first), the
+// line that says what failed.
+std::string first_useful_line(const std::string& what) {
+  const size_t cause = what.rfind("RuntimeError: ");
+  const std::string& from = what.find("TorchScript interpreter") != std::string::npos && cause != std::string::npos
+                                ? what.substr(cause + 14)
+                                : what;
+  return from.substr(0, from.find('\n'));
+}
+
+double max_abs(const at::Tensor& t) { return t.numel() == 0 ? 0 : t.detach().abs().max().item<double>(); }
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  const double d = max_abs(a.detach().to(at::kDouble) - b.detach().to(at::kDouble));
+  return std::isfinite(d) ? d : std::numeric_limits<double>::infinity();
+}
+
+// The largest magnitude among the reference tensors: part of each tensor's allowance, so a
+// gradient that is zero in exact arithmetic (a bias feeding a BatchNorm), which holds only
+// rounding noise, is not judged against its own noise.
+double largest_magnitude(const Probe& ref) {
+  double m = 0;
+  for (const at::Tensor& t : ref.outputs) m = std::max(m, max_abs(t));
+  for (const auto& [name, t] : ref.grads)
+    if (t.defined()) m = std::max(m, max_abs(t));
+  return m;
+}
+
+std::string shape_of(const at::Tensor& t) { return fmt::format("{}", fmt::join(t.sizes(), "x")); }
+
+// Compares every tensor of `got` with `ref`; `noise`, when given, is the reference run on a
+// rounding-nudged input, whose distance from the reference is allowed kRoundingFactor times over.
+// Returns an error message for a structural mismatch, else scores into the verdict.
+std::string compare(const Probe& got, const Probe& ref, const Probe* noise, double tolerance, double& error,
+                    Verdict& v, const char* precision) {
+  if (got.outputs.size() != ref.outputs.size())
+    return fmt::format("{} outputs instead of {}", got.outputs.size(), ref.outputs.size());
+  for (size_t i = 0; i < ref.outputs.size(); ++i)
+    if (got.outputs[i].sizes() != ref.outputs[i].sizes())
+      return fmt::format("output shape {} instead of {}", shape_of(got.outputs[i]), shape_of(ref.outputs[i]));
+  if (got.grads.size() != ref.grads.size())
+    return fmt::format("{} parameters instead of {}", got.grads.size(), ref.grads.size());
+  const double floor = largest_magnitude(ref);
+  auto score = [&](const std::string& what, const at::Tensor& g, const at::Tensor& r, const at::Tensor* n) {
+    const double scale = max_abs(r), deviation = max_abs_diff(g, r);
+    const double allowance = tolerance * (scale + floor) + (n ? kRoundingFactor * max_abs_diff(*n, r) : 0);
+    const double margin = allowance > 0 ? deviation / allowance : (deviation > 0 ? INFINITY : 0);
+    if (margin > v.margin || v.worst.empty()) v.margin = margin, v.worst = fmt::format("{} ({})", what, precision);
+    if (scale + floor > 0) error = std::max(error, deviation / (scale + floor));
+  };
+  for (size_t i = 0; i < ref.outputs.size(); ++i)
+    score(ref.outputs.size() == 1 ? "output" : fmt::format("output {}", i), got.outputs[i], ref.outputs[i],
+          noise ? &noise->outputs[i] : nullptr);
+  for (size_t i = 0; i < ref.grads.size(); ++i) {
+    const auto& [name, want] = ref.grads[i];
+    const at::Tensor& have = got.grads[i].second;
+    if (want.defined() != have.defined())
+      return fmt::format("gradient of {} is {}", name, have.defined() ? "no longer zero" : "missing");
+    if (want.defined()) score("gradient of " + name, have, want, noise ? &noise->grads[i].second : nullptr);
+  }
+  return "";
+}
+
+Probe probe_clone(const Workload& w, at::ScalarType dtype, uint64_t seed, double nudge = 0) {
+  return w.clone()->probe(dtype, seed, nudge);
+}
+
+}  // namespace
+
+// Runs baseline and candidate on the same input, parameters and random streams, in float64 (does
+// the rewrite compute the same function?) and in float32 (do its kernels, as training uses them,
+// agree as closely as rounding allows?).
+Verdict verify(const Workload& baseline, const Workload& candidate, uint64_t seed) {
+  Verdict v;
+  try {
+    const Probe ref64 = probe_clone(baseline, at::kDouble, seed);
+    const Probe got64 = probe_clone(candidate, at::kDouble, seed);
+    v.error = compare(got64, ref64, nullptr, kFloat64Tolerance, v.float64_error, v, "float64");
+    if (!v.error.empty()) return v;
+    const Probe ref32 = probe_clone(baseline, at::kFloat, seed);
+    const Probe noise32 = probe_clone(baseline, at::kFloat, seed, kRoundingNudge);
+    const Probe got32 = probe_clone(candidate, at::kFloat, seed);
+    v.error = compare(got32, ref32, &noise32, kFloat32Tolerance, v.float32_error, v, "float32");
+  } catch (const std::exception& e) {
+    v.error = first_useful_line(e.what());
+  }
+  v.passed = v.error.empty() && v.margin <= 1;
+  return v;
+}
+
+std::string rejection(const Verdict& v) {
+  if (!v.error.empty()) return "failed verification: " + v.error;
+  return fmt::format("failed verification ({} off by {:.1f}x its allowance)", v.worst, v.margin);
+}
+
+}  // namespace opfuse::tune
