@@ -6,7 +6,7 @@ set -eu
 packages="cmake ninja-build g++ pkg-config libtorch-dev python3-torch python3-pytest libsimdjson-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev zlib1g-dev googletest libgtest-dev
   libbenchmark-dev libturbojpeg0-dev libpng-dev chromium pybind11-dev python3-venv python3-pip
-  libopenblas0-openmp"
+  python3-dev python3-setuptools python3-wheel libopenblas0-openmp"
 [ "${1:-}" = "--fuzz" ] && packages="$packages clang libclang-rt-14-dev"
 missing=""
 for p in $packages; do

@@ -40,8 +40,9 @@ std::string format_replacements(const std::vector<Replacement>& replacements) {
 }
 
 std::string format_tune(const TuneResult& r) {
-  const std::string input = r.input_shape.empty() ? fmt::format("at {}x{}, batch {}", r.image_size, r.image_size, r.batch_size)
-                                                  : fmt::format("input {}", fmt::join(r.input_shape, "x"));
+  const std::string input = !r.input_shape.empty() ? fmt::format("input {}", fmt::join(r.input_shape, "x"))
+                            : r.image_size > 0     ? fmt::format("at {}x{}, batch {}", r.image_size, r.image_size, r.batch_size)
+                                                   : fmt::format("batch {}", r.batch_size);
   std::string out = fmt::format("\nopfuse tune: {} {}, {} threads, {} rounds of {} steps\n", r.model, input, r.threads,
                                 r.rounds, r.steps);
   out += "\nreplacements\n" + format_replacements(r.replacements);

@@ -1,0 +1,299 @@
+"""opfuse for Python models: profile a training step, find chains of small ops, replace them with
+fused ops, prove forward and backward unchanged, and measure the gain — on the model object you
+already have, with your inputs, loss and optimizer.
+
+    result = opfuse.tune(model, (images,), lambda out: F.cross_entropy(out, labels))
+    model = result.model          # a patched copy; `model` itself is left as it was
+
+The loop, the analysis and the profiler are opfuse's C++ core (opfuse._C), the same code the
+`opfuse` command runs.
+"""
+import copy
+import json
+import os
+import sys
+
+import torch
+
+from . import _native
+
+_C = _native.load(__path__)
+
+from . import functional, nn  # noqa: E402
+from .workload import make as _make_workload  # noqa: E402
+
+__all__ = ["tune", "patch", "profile", "analyze", "TuneResult", "Analysis", "functional", "nn"]
+__version__ = "0.1.0"
+
+PythonWorkload = _make_workload(_C)
+
+RUN_FILES = ("report.json", "report.html", "baseline.trace.json", "tuned.trace.json")
+
+
+class _Record:
+    """A JSON object with its keys as attributes."""
+
+    def __init__(self, data):
+        self._data = data
+        for k, v in data.items():
+            setattr(self, k, v)
+
+    def to_json(self):
+        return self._data
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._data.items() if not isinstance(v, (list, dict)))})"
+
+
+class Replacement(_Record):
+    """rule, rewrite, places, verified, max_rel_error, gain, kept, why (and the verdict's details)."""
+
+
+class TuneResult:
+    """What opfuse.tune did. `.model` is a patched copy of the model given (that one is never
+    changed), or that copy unpatched when nothing was kept."""
+
+    def __init__(self, report, model, text, not_traced):
+        self._report = report
+        self.model = model
+        self.text = text
+        self.speedup = report["speedup"]
+        self.replacements = [Replacement(r) for r in report["replacements"]]
+        self.not_applied = [r for r in report["rejected"] if r["rewrite"] is None]
+        self.not_traced = dict(not_traced)
+        self.baseline = report["baseline"]
+        self.tuned = report["tuned"]
+
+    def to_json(self):
+        """The same object as the CLI's report.json."""
+        return self._report
+
+    def __str__(self):
+        return self.text
+
+    def __repr__(self):
+        kept = [r.rule for r in self.replacements if r.kept]
+        return f"TuneResult(speedup={self.speedup:.3f}, kept={kept})"
+
+
+class Analysis(_Record):
+    """The C++ analysis of a trace: .trace (summary), .ops, .findings, .diff; str() is the table."""
+
+    def __init__(self, data, text, html):
+        super().__init__(data)
+        self.text, self.html = text, html
+
+    def __str__(self):
+        return self.text
+
+
+# ---- checks that run before any long work ---------------------------------------------------
+
+def _as_inputs(inputs):
+    if isinstance(inputs, torch.Tensor):
+        return (inputs,)
+    if not isinstance(inputs, (tuple, list)):
+        raise TypeError(f"inputs must be the tuple of model(...)'s positional arguments, not {type(inputs).__name__}")
+    return tuple(inputs)
+
+
+def _copy_of(model):
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    try:
+        return copy.deepcopy(model)
+    except Exception as e:
+        raise TypeError(f"opfuse works on a copy of the model, and {type(model).__name__} cannot be deep-copied: {e}") from e
+
+
+def _check_runs(model, inputs, loss_fn):
+    """One forward (and the loss) on a throwaway copy, so a mismatch is named before long work."""
+    trial = copy.deepcopy(model)
+    trial.train()
+    try:
+        out = trial(*inputs)
+    except Exception as e:
+        raise ValueError(f"model(*inputs) failed, so opfuse cannot run it: {type(e).__name__}: {e}") from e
+    if loss_fn is None:
+        return
+    try:
+        loss = loss_fn(out)
+    except Exception as e:
+        raise ValueError(f"loss_fn(output) failed: {type(e).__name__}: {e}") from e
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
+        what = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise ValueError(f"loss_fn(output) must return a scalar floating tensor, not {what}")
+    if not loss.requires_grad:
+        raise ValueError("loss_fn(output) does not depend on the model's parameters (no gradient flows)")
+
+
+def _rules(rules, with_defaults=True):
+    files = [rules] if isinstance(rules, str) else list(rules or [])
+    for f in files:
+        if not os.path.isfile(f):
+            raise FileNotFoundError(f"{f}: no such rule file")
+    return _C.rule_set(files, with_defaults)
+
+
+def _out_folder(out, force):
+    """out itself, or its first free numbered sibling when it holds an earlier run (unless force)."""
+    folder, n = out, 2
+    while not force and any(os.path.exists(os.path.join(folder, f)) for f in RUN_FILES):
+        folder, n = f"{out}-{n}", n + 1
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
+class _Progress:
+    """Stage lines and a progress bar on stderr; the bar only on a terminal."""
+
+    def __init__(self, quiet):
+        self.quiet, self.tty = quiet, sys.stderr.isatty()
+
+    def stage(self, what):
+        if not self.quiet:
+            print(f"opfuse: {what}", file=sys.stderr, flush=True)
+
+    def progress(self, done, total):
+        if self.quiet or not self.tty:
+            return
+        width = 30
+        filled = width * done // max(total, 1)
+        end = "\n" if done >= total else ""
+        print(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end=end, file=sys.stderr, flush=True)
+
+
+# ---- the API ----------------------------------------------------------------------------------
+
+def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules=False, out=None, force=False,
+         min_gain=0.02, steps=3, rounds=5, warmup=2, profile_steps=2, seed=0, threads=0, measure_ops=True,
+         quiet=False):
+    """Profiles training steps of `model`, finds the chains the rules name, replaces each on a copy
+    with a fused op, verifies outputs and every gradient (float64 and float32), measures baseline
+    and rewrites alternating, and keeps what verified and gained at least `min_gain`.
+
+    inputs:    the tuple of model(...)'s positional arguments (any number, any dtype)
+    loss_fn:   output -> scalar loss (a closure over the target)
+    optimizer: params -> torch.optim.Optimizer (default SGD, lr 0.01, momentum 0.9)
+    out:       folder for report.json, report.html and both traces (a numbered sibling when it
+               holds an earlier run, unless force); default: a temporary folder
+    threads:   intra-op threads (0: as torch is set)
+    """
+    inputs = _as_inputs(inputs)
+    pristine_model = _copy_of(model)
+    _check_runs(pristine_model, inputs, loss_fn)
+    rule_list = _rules(rules, not no_default_rules)
+    for name, value in (("steps", steps), ("rounds", rounds), ("profile_steps", profile_steps)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1")
+    if out is None:
+        import tempfile
+        folder = tempfile.mkdtemp(prefix="opfuse-")
+    else:
+        folder = _out_folder(out, force)
+    report = _Progress(quiet)
+    pristine = PythonWorkload(pristine_model, inputs, loss_fn, optimizer, rule_list)
+    options = dict(out_dir=folder, steps=steps, rounds=rounds, warmup=warmup, profile_steps=profile_steps,
+                   min_gain=min_gain, seed=seed, threads=threads, measure_ops=measure_ops)
+    got = _C.tune(pristine, rule_list, options, report.stage, report.progress)
+    data = json.loads(got["json"])
+    data["where"] = "python"
+    data["not_traced"] = pristine.not_traced
+    _write(os.path.join(folder, "report.json"), json.dumps(data, indent=2), force)
+    _write(os.path.join(folder, "report.html"), got["html"], force)
+    tuned = got["tuned"]
+    result = TuneResult(data, tuned.model if tuned is not None else pristine.model,
+                        got["analysis_text"] + got["text"], pristine.not_traced)
+    result.out = folder
+    if not quiet:
+        print(result.text + f"\nwrote {folder}/report.json, report.html and the traces", file=sys.stderr)
+    return result
+
+
+def _write(path, text, force):
+    _C.refuse_overwrite(path, True)  # the folder was chosen to be free, or force was given
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def patch(model, inputs, loss_fn=None, rules=None):
+    """Applies to `model` itself every rewrite that verifies on these inputs (outputs and, with a
+    loss_fn, every gradient), without measuring. Returns [(rule, places)] of what was replaced;
+    a rewrite that fails verification leaves the model as it was."""
+    inputs = _as_inputs(inputs)
+    _copy_of(model)
+    _check_runs(model, inputs, loss_fn)
+    rule_list = _rules(rules)
+    loss = loss_fn if loss_fn is not None else _sum_of_outputs
+    original = PythonWorkload(model, inputs, loss, None, rule_list)
+    reference = original.clone()
+    done = []
+    for rule in rule_list:
+        if not (rule.python_module or rule.python_fx):
+            continue
+        candidate = reference.clone()
+        if candidate.apply(rule) == 0:
+            continue
+        if _verified(reference, candidate):
+            places = original.apply(rule)
+            done.append((rule.name, places))
+    return done
+
+
+def _sum_of_outputs(out):
+    from .workload import flatten_tensors
+    return sum(t.float().sum() for t in flatten_tensors(out) if t.is_floating_point())
+
+
+def _verified(baseline, candidate, seed=11):
+    """float64 agreement of outputs and gradients within tune's tolerance (1e-9 of the largest)."""
+    ref_out, ref_grads = baseline.clone().probe(torch.float64, seed, 0.0)
+    got_out, got_grads = candidate.clone().probe(torch.float64, seed, 0.0)
+    tensors = list(zip(ref_out, got_out)) + [(r, g) for (_, r), (_, g) in zip(ref_grads, got_grads)]
+    scale = max([r.abs().max().item() for r, _ in tensors if r is not None and r.numel()] or [0.0])
+    for r, g in tensors:
+        if (r is None) != (g is None):
+            return False
+        if r is not None and r.numel() and (r.double() - g.double()).abs().max().item() > 1e-9 * (r.abs().max().item() + scale):
+            return False
+    return True
+
+
+def profile(model, inputs, loss_fn, steps=2, path="opfuse.trace.json", optimizer=None, warmup=1, force=False):
+    """Writes a Kineto-layout Chrome trace of `steps` training steps of a copy of the model, with
+    module scopes named by the module tree (`features.3.block.1`) and "Module Hierarchy" on every
+    op, so analyze names the module of forward and backward findings. Returns the path."""
+    inputs = _as_inputs(inputs)
+    _C.refuse_overwrite(path, force)
+    work = PythonWorkload(_copy_of(model), inputs, loss_fn, optimizer, [], calls={})
+    _check_runs(work.model, inputs, loss_fn)
+    for _ in range(warmup):
+        work.step()
+    profiler = _C.Profiler()
+    work.set_profiling(True)
+    profiler.start()
+    try:
+        for i in range(steps):
+            _C.push_scope(f"ProfilerStep#{warmup + i + 1}")
+            try:
+                work.step()
+            finally:
+                _C.pop_scope()
+    finally:
+        profiler.stop()
+        work.set_profiling(False)
+    meta = {"opfuse_version": __version__, "torch_version": torch.__version__, "model": work.name(),
+            "threads": torch.get_num_threads(), "batch_size": work.samples_per_step()}
+    profiler.write(path, json.dumps(meta))
+    return path
+
+
+def analyze(path_or_paths, rules=None, no_default_rules=False, measure=False, top=15):
+    """The C++ analysis of one trace (or two, with their diff) as an Analysis."""
+    paths = [path_or_paths] if isinstance(path_or_paths, (str, os.PathLike)) else list(path_or_paths)
+    paths = [os.fspath(p) for p in paths]
+    for p in paths:
+        if not os.path.isfile(p):
+            raise FileNotFoundError(f"{p}: no such trace")
+    got = _C.analyze(paths, _rules(rules, not no_default_rules), measure, top)
+    return Analysis(json.loads(got["json"]), got["text"], got["html"])

@@ -1,0 +1,48 @@
+"""The fused operators as functions, per backend: on the CPU the opfuse op; on CUDA the best torch
+op until opfuse has CUDA kernels; on an Ascend NPU the torch_npu op the rule names (that path is
+untested here: no NPU). The fx rewrites call these, so a rewritten model runs on any device."""
+import torch
+import torch.nn.functional as F
+
+
+def _npu():
+    import torch_npu  # noqa: F401  (only where an NPU tensor exists)
+
+    return torch_npu
+
+
+def silu(x):
+    """x · sigmoid(x), forward and backward in one pass each."""
+    if x.device.type == "cpu":
+        return torch.ops.opfuse.silu(x)
+    if x.device.type == "npu":
+        return _npu().npu_silu(x)
+    return F.silu(x)
+
+
+def se_gate(x, gate):
+    """x · sigmoid(gate), gate [N, C, 1, 1] broadcast over x [N, C, H, W]."""
+    if x.device.type == "cpu" and gate.dim() == 4 and x.dim() == 4:
+        return torch.ops.opfuse.se_gate(x, gate)
+    return x * torch.sigmoid(gate)
+
+
+def _momentum(bn):
+    """The momentum a BatchNorm module uses for this call, counting the batch as it does."""
+    if bn.training and bn.track_running_stats and bn.num_batches_tracked is not None:
+        bn.num_batches_tracked.add_(1)
+        return 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
+    return 0.0 if bn.momentum is None else bn.momentum
+
+
+def batch_norm_silu(x, bn):
+    """silu(bn(x)) for a BatchNorm module, its running statistics updated as its own forward does."""
+    momentum = _momentum(bn)
+    training = bn.training or bn.running_mean is None
+    stats = not bn.training or bn.track_running_stats
+    mean = bn.running_mean if stats else None
+    var = bn.running_var if stats else None
+    if x.device.type == "cpu" and x.dim() in (2, 4):
+        return torch.ops.opfuse.batch_norm_silu(x, bn.weight, bn.bias, mean, var, training, momentum, bn.eps)
+    y = F.batch_norm(x, mean, var, bn.weight, bn.bias, training, momentum, bn.eps)
+    return silu(y)

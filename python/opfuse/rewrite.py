@@ -1,0 +1,386 @@
+"""Rewrites of Python models, driven by the rules' `python:` sections.
+
+Two kinds, both on data flow rather than on class names:
+- a submodule whose whole forward op chain (recorded as it ran) is one of a rule's patterns is
+  replaced by the rule's opfuse.nn module, which keeps its parameters and buffers;
+- chains written inside a forward are rewritten with torch.fx: each module is traced on its own
+  with its submodules as leaves, once per training mode, with the non-tensor arguments it was
+  called with held fixed. The rewritten graphs replace that module's forward only for calls with
+  those arguments; any other call runs the original forward. A module that does not trace is
+  listed with the reason and left as it was.
+"""
+import ast
+import copy
+import inspect
+import types
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from torch.fx.proxy import GraphAppendingTracer, Proxy
+
+from . import functional, nn as opfuse_nn
+
+
+# ---- recording how each module is called ------------------------------------------------------
+
+class Call:
+    """The first call of a module in a recorded forward: its arguments and, for a module without
+    children, the top-level ops its forward ran."""
+
+    def __init__(self, args, kwargs, ops):
+        self.args, self.kwargs, self.ops = args, kwargs, ops
+
+
+def record_calls(model, inputs, native):
+    """Runs one training-mode forward of a copy of the model and returns {path: Call}."""
+    model = copy.deepcopy(model)
+    model.train()
+    calls = {}
+
+    def recorder(path, module):
+        original = module.forward
+        leaf = not any(True for _ in module.children())
+
+        def forward(*args, **kwargs):
+            if path in calls:
+                return original(*args, **kwargs)
+            if not leaf:
+                calls[path] = Call(args, kwargs, None)
+                return original(*args, **kwargs)
+            out = []
+            ops = native.top_level_ops(lambda: out.append(original(*args, **kwargs)))
+            calls[path] = Call(args, kwargs, ops)
+            return out[0]
+
+        return forward
+
+    for path, module in model.named_modules():
+        module.forward = recorder(path, module)
+    with torch.no_grad():
+        model(*inputs)
+    return calls
+
+
+# ---- module swaps -----------------------------------------------------------------------------
+
+def computes(rule, path, module, calls):
+    """Whether the module's whole recorded forward is one of the rule's chains."""
+    call = calls.get(path)
+    if call is None or call.ops is None or isinstance(module, opfuse_nn.Fused):
+        return False
+    return rule.matches_whole(call.ops)
+
+
+def set_submodule(model, path, module):
+    parent, _, name = path.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, name, module)
+
+
+def swap_modules(model, rule, calls):
+    """Replaces each submodule that computes the rule's chain; returns how many."""
+    cls = getattr(opfuse_nn, rule.python_module)
+    swapped = 0
+    for path, module in list(model.named_modules()):
+        if path and computes(rule, path, module, calls):
+            set_submodule(model, path, cls.from_module(module))
+            swapped += 1
+    return swapped
+
+
+# ---- torch.fx: tracing one module with its submodules as leaves ------------------------------
+
+class LeafTracer(fx.Tracer):
+    def is_leaf_module(self, m, qualified_name):
+        return True
+
+
+def is_library_module(module):
+    return type(module).__module__.startswith(("torch.", "opfuse.")) or isinstance(module, opfuse_nn.Fused)
+
+
+def _untraceable_callee(error, forward):
+    """The free function called from `forward` in which tracing failed, if it is a plain function
+    of forward's module: it can be kept whole (autowrapped) instead."""
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is forward.__code__ and tb.tb_next is not None:
+            name = tb.tb_next.tb_frame.f_code.co_name
+            fn = forward.__globals__.get(name)
+            if isinstance(fn, types.FunctionType) and not fn.__module__.startswith("torch"):
+                return fn
+        tb = tb.tb_next
+    return None
+
+
+def trace(module, call):
+    """{training: fx.Graph} for the module's own forward, or raises with the reason it does not
+    trace. Arguments that are not tensors are held at their recorded values."""
+    forward = type(module).forward
+    signature = inspect.signature(forward)
+    bound = signature.bind(module, *call.args, **call.kwargs)
+    bound.apply_defaults()
+    concrete = {}
+    for name, value in list(bound.arguments.items())[1:]:
+        kind = signature.parameters[name].kind
+        if kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            raise TypeError(f"forward takes *{name}")
+        if not isinstance(value, torch.Tensor):
+            if isinstance(value, (list, tuple, dict)) and _holds_tensor(value):
+                raise TypeError(f"argument '{name}' is a container of tensors")
+            concrete[name] = value
+    graphs, wrapped, was = {}, [], module.training
+    try:
+        for training in (True, False):
+            module.training = training
+            for _ in range(8):
+                try:
+                    graphs[training] = LeafTracer(autowrap_functions=tuple(wrapped)).trace(module, concrete_args=dict(concrete))
+                    break
+                except Exception as e:  # tracing runs the user's code: any error means "does not trace"
+                    fn = _untraceable_callee(e, forward)
+                    if fn is None or fn in wrapped:
+                        raise
+                    wrapped.append(fn)
+    finally:
+        module.training = was
+    return graphs, concrete
+
+
+def _holds_tensor(value):
+    items = value.values() if isinstance(value, dict) else value
+    return any(isinstance(v, torch.Tensor) for v in items)
+
+
+def _same(a, b):
+    if a is b:
+        return True
+    try:
+        return bool(type(a) is type(b) and a == b)
+    except Exception:
+        return False
+
+
+class FusedForward:
+    """A module's forward replaced by rewritten fx graphs (one per training mode), for calls whose
+    non-tensor arguments are those it was traced with; any other call runs the original."""
+
+    def __init__(self, module, graphs, concrete):
+        self.module, self.graphs, self.concrete = module, graphs, concrete
+        self.signature = inspect.signature(type(module).forward)
+        self._code = {}
+
+    def compiled(self, training):
+        if training not in self._code:
+            code = self.graphs[training].python_code(root_module="self")
+            scope = dict(code.globals)
+            exec(code.src, scope)
+            self._code[training] = scope["forward"]
+        return self._code[training]
+
+    def __call__(self, *args, **kwargs):
+        m = self.module
+        bound = self.signature.bind(m, *args, **kwargs)
+        bound.apply_defaults()
+        values = list(bound.arguments.values())
+        if all(_same(bound.arguments[k], v) for k, v in self.concrete.items()):
+            return self.compiled(m.training)(*values)
+        return type(m).forward(*values)
+
+    def __deepcopy__(self, memo):
+        twin = FusedForward.__new__(FusedForward)
+        memo[id(self)] = twin
+        twin.module = copy.deepcopy(self.module, memo)
+        twin.graphs = {k: copy.deepcopy(g, memo) for k, g in self.graphs.items()}
+        twin.concrete, twin.signature, twin._code = self.concrete, self.signature, dict(self._code)
+        return twin
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_code"] = {}
+        return state
+
+
+# ---- patterns ---------------------------------------------------------------------------------
+
+def _is_silu_module(module, rules, calls, path):
+    if isinstance(module, (torch.nn.SiLU, opfuse_nn.SiLU)):
+        return True
+    silu = next((r for r in rules if r.name == "silu"), None)
+    return silu is not None and computes(silu, path, module, calls)
+
+
+# Submodule kinds a pattern may name: a call of a submodule of that kind.
+MODULE_KINDS = {
+    "batch_norm": lambda module, rules, calls, path: isinstance(module, torch.nn.modules.batchnorm._BatchNorm),
+    "silu_module": _is_silu_module,
+}
+
+COMMUTATIVE = {"mul", "add"}
+ALIASES = {"truediv": "div", "__mul__": "mul", "__add__": "add", "__truediv__": "div"}
+
+
+def op_name(node):
+    if node.op == "call_function":
+        name = getattr(node.target, "__name__", str(node.target))
+    elif node.op == "call_method":
+        name = node.target
+    else:
+        return None
+    return ALIASES.get(name, name)
+
+
+class _PatternTracer(fx.Tracer):
+    pass
+
+
+def _kind_call(kind):
+    def call(x):
+        return x.tracer.create_proxy("call_module", kind, (x,), {})
+    return call
+
+
+class FxPattern:
+    """One {pattern, replacement} pair of a rule, compiled: the pattern as a small fx graph."""
+
+    def __init__(self, pattern, replacement):
+        self.source, self.replacement = pattern, replacement
+        namespace = self._namespace()
+        names = []
+        for node in ast.walk(ast.parse(pattern, mode="eval")):
+            if isinstance(node, ast.Name) and node.id not in namespace and node.id not in names:
+                names.append(node.id)
+        self.placeholders = names
+        fn = eval(f"lambda {', '.join(names)}: {pattern}", dict(namespace, **{k: _kind_call(k) for k in MODULE_KINDS}))
+        self.graph = _PatternTracer().trace(fn)
+        self.output = next(n for n in self.graph.nodes if n.op == "output").args[0]
+
+    @staticmethod
+    def _namespace():
+        return {"torch": torch, "F": F, "opfuse": functional, **{k: None for k in MODULE_KINDS}}
+
+    # Matching: the pattern's output node anchored on a graph node, arguments matched backwards.
+    def _match(self, p, t, env, ctx):
+        if not isinstance(t, fx.Node):
+            return
+        if p.op == "placeholder":
+            if p in env:
+                if env[p] is t:
+                    yield env
+            elif t not in env.values():
+                yield {**env, p: t}
+            return
+        if p in env or t in env.values() or len(p.args) != len(t.args):
+            return
+        if p.op == "call_module":
+            if t.op != "call_module" or not ctx.is_kind(p.target, t.target):
+                return
+        elif op_name(p) is None or op_name(p) != op_name(t) or _constant_kwargs(p) != _constant_kwargs(t):
+            return
+        orders = [p.args]
+        if op_name(p) in COMMUTATIVE and len(p.args) == 2:
+            orders.append(p.args[::-1])
+        for args in orders:
+            yield from self._match_args(list(zip(args, t.args)), {**env, p: t}, ctx)
+
+    def _match_args(self, pairs, env, ctx):
+        if not pairs:
+            yield env
+            return
+        (pa, ta), rest = pairs[0], pairs[1:]
+        if isinstance(pa, fx.Node):
+            for e in self._match(pa, ta, env, ctx):
+                yield from self._match_args(rest, e, ctx)
+        elif _same(pa, ta):
+            yield from self._match_args(rest, env, ctx)
+
+    def find(self, graph, ctx):
+        """The first match in the graph whose inner values are used nowhere else, or None."""
+        for anchor in graph.nodes:
+            for env in self._match(self.output, anchor, {}, ctx):
+                inner = [t for p, t in env.items() if p.op != "placeholder"]
+                if all(set(t.users) <= set(inner) for t in inner if t is not anchor):
+                    return anchor, env
+        return None
+
+    def replace(self, graph, anchor, env):
+        tracer = GraphAppendingTracer(graph)
+        scope = {"torch": torch, "F": F, "opfuse": _LeafCalls(tracer)}
+        for p, t in env.items():
+            if p.op == "placeholder":
+                scope[p.name] = Proxy(t, tracer)
+        with graph.inserting_before(anchor):
+            for p, t in env.items():
+                if p.op == "call_module":
+                    scope[p.target] = Proxy(graph.get_attr(t.target), tracer)
+            result = eval(self.replacement, scope)
+        anchor.replace_all_uses_with(result.node)
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        for t in sorted((t for p, t in env.items() if p.op != "placeholder"), key=order.get, reverse=True):
+            graph.erase_node(t)
+
+    def rewrite(self, graph, ctx):
+        """Replaces every match; returns how many."""
+        count = 0
+        while (found := self.find(graph, ctx)) is not None:
+            self.replace(graph, *found)
+            count += 1
+        if count:
+            graph.lint()
+        return count
+
+
+def _constant_kwargs(node):
+    return {k: v for k, v in node.kwargs.items() if not isinstance(v, fx.Node)}
+
+
+class _LeafCalls:
+    """opfuse.functional as seen by a replacement: each call becomes one graph node."""
+
+    def __init__(self, tracer):
+        self.tracer = tracer
+
+    def __getattr__(self, name):
+        fn = getattr(functional, name)
+        return lambda *args: self.tracer.create_proxy("call_function", fn, args, {})
+
+
+class _MatchContext:
+    """What a pattern's submodule kinds are checked against: the module being rewritten."""
+
+    def __init__(self, root, root_path, rules, calls):
+        self.root, self.root_path, self.rules, self.calls = root, root_path, rules, calls
+
+    def is_kind(self, kind, target):
+        module = self.root.get_submodule(target)
+        path = f"{self.root_path}.{target}" if self.root_path else target
+        return MODULE_KINDS[kind](module, self.rules, self.calls, path)
+
+
+def rewrite_forwards(model, rule, rules, calls, not_traced):
+    """Applies the rule's fx pairs to every user module's forward; returns how many chains were
+    replaced. Modules that do not trace go into not_traced {path: reason}."""
+    patterns = [FxPattern(p.pattern, p.replacement) for p in rule.python_fx]
+    replaced = 0
+    for path, module in list(model.named_modules()):
+        call = calls.get(path)
+        if is_library_module(module) or call is None:
+            continue
+        fused = module.__dict__.get("forward")
+        if isinstance(fused, FusedForward):
+            graphs, concrete = fused.graphs, fused.concrete
+        else:
+            try:
+                graphs, concrete = trace(module, call)
+            except Exception as e:
+                not_traced[path or "(model)"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                continue
+        ctx = _MatchContext(module, path, rules, calls)
+        counts = {training: sum(p.rewrite(g, ctx) for p in patterns) for training, g in graphs.items()}
+        if any(counts.values()):
+            replaced += counts.get(True, 0) or counts.get(False, 0)
+            if not isinstance(fused, FusedForward):
+                module.forward = FusedForward(module, graphs, concrete)
+            else:
+                fused._code = {}
+    return replaced

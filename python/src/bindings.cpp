@@ -1,0 +1,262 @@
+// opfuse._C: the C++ core for the Python package. The tune loop, the analysis, the profiler and
+// the rules are the same code the opfuse binary runs; a Python model enters as a Workload
+// subclass whose methods are Python.
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+#include <ATen/record_function.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <string>
+#include <vector>
+
+#include "opfuse/analyze.h"
+#include "opfuse/ops.h"
+#include "opfuse/profile.h"
+#include "opfuse/report.h"
+#include "opfuse/report_html.h"
+#include "opfuse/trace.h"
+#include "opfuse/tune.h"
+#include "opfuse/workload.h"
+#include "opfuse/bench.h"
+
+namespace py = pybind11;
+using opfuse::tune::Probe;
+using opfuse::tune::Rewrite;
+using opfuse::tune::Workload;
+
+namespace {
+
+// A workload made in Python lives as long as C++ holds it: the shared_ptr keeps the Python
+// object (and so its Python half) alive, and drops it under the GIL.
+std::shared_ptr<Workload> hold(py::object o) {
+  auto* w = o.cast<Workload*>();
+  auto* keep = new py::object(std::move(o));
+  return std::shared_ptr<Workload>(w, [keep](Workload*) {
+    py::gil_scoped_acquire gil;
+    delete keep;
+  });
+}
+
+const char* dtype_name(at::ScalarType t) { return t == at::kDouble ? "float64" : t == at::kFloat ? "float32" : "bfloat16"; }
+
+class PyWorkload : public Workload {
+ public:
+  std::string name() const override { PYBIND11_OVERRIDE_PURE(std::string, Workload, name); }
+  std::string describe() const override { PYBIND11_OVERRIDE_PURE(std::string, Workload, describe); }
+  int64_t samples_per_step() const override { PYBIND11_OVERRIDE_PURE(int64_t, Workload, samples_per_step); }
+  double step() override { PYBIND11_OVERRIDE_PURE(double, Workload, step); }
+  void set_profiling(bool on) override { PYBIND11_OVERRIDE(void, Workload, set_profiling, on); }
+  std::vector<std::string> save(const std::string& path) const override {
+    PYBIND11_OVERRIDE_PURE(std::vector<std::string>, Workload, save, path);
+  }
+
+  std::shared_ptr<Workload> clone() const override {
+    py::gil_scoped_acquire gil;
+    return hold(override_of("clone")());
+  }
+
+  Probe probe(at::ScalarType dtype, uint64_t seed, double nudge) override {
+    py::gil_scoped_acquire gil;
+    py::object torch_dtype = py::module_::import("torch").attr(dtype_name(dtype));
+    const auto got = override_of("probe")(torch_dtype, seed, nudge)
+                         .cast<std::pair<std::vector<at::Tensor>, std::vector<std::pair<std::string, std::optional<at::Tensor>>>>>();
+    Probe p;
+    p.outputs = got.first;
+    for (const auto& [n, t] : got.second) p.grads.emplace_back(n, t.value_or(at::Tensor()));
+    return p;
+  }
+
+  // Python answers a list of (name, apply) pairs; apply(workload) returns the places changed.
+  std::vector<Rewrite> rewrites_for(const opfuse::analyze::Rule& rule) const override {
+    py::gil_scoped_acquire gil;
+    std::vector<Rewrite> out;
+    for (const py::handle item : override_of("rewrites_for")(py::cast(rule, py::return_value_policy::copy))) {
+      auto [name, apply] = item.cast<std::pair<std::string, py::function>>();
+      auto fn = std::make_shared<py::function>(std::move(apply));
+      out.push_back({rule.name, name, [fn](Workload& w) {
+                       py::gil_scoped_acquire g;
+                       return (*fn)(py::cast(&w, py::return_value_policy::reference)).cast<int>();
+                     }});
+    }
+    return out;
+  }
+
+ private:
+  py::function override_of(const char* method) const {
+    py::function f = py::get_override(static_cast<const Workload*>(this), method);
+    if (!f) throw std::logic_error(std::string("opfuse Workload subclass lacks ") + method);
+    return f;
+  }
+};
+
+// The ops a callable runs at its top level on this thread: how a module's whole forward chain is
+// read. A custom autograd Function (a name without "::") is looked through: its ops count.
+thread_local std::vector<std::string>* recorded = nullptr;
+thread_local std::vector<bool> opened;  // per open op: whether it is an operator ("aten::…")
+thread_local int operators_open = 0;
+
+std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  if (!recorded) return nullptr;
+  const bool op = std::string_view(fn.name()).find("::") != std::string_view::npos;
+  if (op && operators_open == 0) recorded->push_back(fn.name());
+  opened.push_back(op);
+  operators_open += op;
+  return nullptr;
+}
+void on_exit(const at::RecordFunction&, at::ObserverContext*) {
+  if (!recorded || opened.empty()) return;
+  operators_open -= opened.back();
+  opened.pop_back();
+}
+
+std::vector<std::string> top_level_ops(const py::function& fn) {
+  std::vector<std::string> names;
+  recorded = &names;
+  opened.clear();
+  operators_open = 0;
+  const auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(on_enter, on_exit).scopes({at::RecordScope::FUNCTION}));
+  try {
+    fn();
+  } catch (...) {
+    at::removeCallback(handle);
+    recorded = nullptr;
+    throw;
+  }
+  at::removeCallback(handle);
+  recorded = nullptr;
+  return names;
+}
+
+// Whether one of the rule's patterns matches the whole chain (names with or without "aten::").
+bool matches_whole(const opfuse::analyze::Rule& rule, const std::vector<std::string>& chain) {
+  std::vector<std::string> names;
+  for (const auto& n : chain) names.push_back(n.rfind("aten::", 0) == 0 ? n.substr(6) : n);
+  std::vector<const std::string*> ptrs;
+  for (const auto& n : names) ptrs.push_back(&n);
+  if (ptrs.empty()) return false;
+  for (const auto& p : rule.patterns)
+    if (p.pattern->match(ptrs, 0) == ptrs.size()) return true;
+  return false;
+}
+
+thread_local std::vector<std::unique_ptr<opfuse::profile::Scope>> scopes;
+
+py::dict tune_workload(const Workload& w, const std::vector<opfuse::analyze::Rule>& rules, const py::dict& kw,
+                       const py::object& on_stage, const py::object& on_progress) {
+  opfuse::tune::TuneOptions o;
+  o.rules = rules;
+  o.out_dir = kw["out_dir"].cast<std::string>();
+  o.steps = kw["steps"].cast<int>();
+  o.rounds = kw["rounds"].cast<int>();
+  o.warmup = kw["warmup"].cast<int>();
+  o.profile_steps = kw["profile_steps"].cast<int>();
+  o.min_gain = kw["min_gain"].cast<double>();
+  o.seed = kw["seed"].cast<uint64_t>();
+  o.threads = kw["threads"].cast<int>();
+  o.measure_ops = kw["measure_ops"].cast<bool>();
+  opfuse::tune::Hooks hooks;
+  if (!on_stage.is_none()) hooks.stage = [on_stage](const std::string& s) { on_stage(s); };
+  if (!on_progress.is_none()) hooks.progress = [on_progress](int done, int total) { on_progress(done, total); };
+  std::shared_ptr<Workload> tuned;
+  const opfuse::tune::TuneResult r = opfuse::tune::tune(w, o, hooks, &tuned);
+  nlohmann::json json = opfuse::report::tune_json(r);
+  nlohmann::json page = opfuse::report::analysis_json(r.baseline.analysis);
+  if (r.any_verified) opfuse::report::add_diff(page, r.diff, r.tuned.analysis);
+  page["tune"] = json;
+  py::dict out;
+  out["json"] = json.dump();
+  out["html"] = opfuse::report::analysis_html(page);
+  out["text"] = opfuse::report::format_tune(r);
+  out["analysis_text"] = opfuse::report::format_analysis(r.baseline.analysis, 10);
+  out["tuned"] = tuned ? py::cast(tuned) : py::none();
+  return out;
+}
+
+py::dict analyze_paths(const std::vector<std::string>& paths, const std::vector<opfuse::analyze::Rule>& rules,
+                       bool measure, int top) {
+  if (paths.empty() || paths.size() > 2) throw std::invalid_argument("analyze takes one trace, or two to compare");
+  opfuse::analyze::Options options;
+  if (measure)
+    options.measure = [](const std::string& op, const std::string& dims) { return opfuse::bench::time_fused_op(op, dims); };
+  std::vector<opfuse::analyze::Analysis> analyses;
+  for (const auto& p : paths) {
+    const opfuse::trace::Trace t = opfuse::trace::read_trace(p);
+    analyses.push_back(opfuse::analyze::analyze(t, p, rules, options));
+  }
+  nlohmann::json json = opfuse::report::analysis_json(analyses.front());
+  std::string text = opfuse::report::format_analysis(analyses.front(), top);
+  if (analyses.size() == 2) {
+    const auto d = opfuse::analyze::diff(analyses[0], analyses[1]);
+    opfuse::report::add_diff(json, d, analyses[1]);
+    text += opfuse::report::format_diff(d, analyses[1], top);
+  }
+  py::dict out;
+  out["json"] = json.dump();
+  out["text"] = text;
+  out["html"] = opfuse::report::analysis_html(json);
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "opfuse's C++ core: the tune loop, the trace analysis, the profiler, the rules";
+  m.attr("ops_library") = opfuse::ops_library_path();
+
+  py::class_<opfuse::analyze::GraphRewrite>(m, "GraphRewrite")
+      .def_readonly("pattern", &opfuse::analyze::GraphRewrite::pattern)
+      .def_readonly("replacement", &opfuse::analyze::GraphRewrite::replacement);
+  py::class_<opfuse::analyze::Rule>(m, "Rule")
+      .def_readonly("name", &opfuse::analyze::Rule::name)
+      .def_readonly("kind", &opfuse::analyze::Rule::kind)
+      .def_readonly("source", &opfuse::analyze::Rule::source)
+      .def_property_readonly("patterns",
+                             [](const opfuse::analyze::Rule& r) {
+                               std::vector<std::string> out;
+                               for (const auto& p : r.patterns) out.push_back(p.pattern->text());
+                               return out;
+                             })
+      .def_property_readonly("replacement",
+                             [](const opfuse::analyze::Rule& r) {
+                               std::map<std::string, std::string> out;
+                               for (const auto& [b, s] : r.replacement) out[opfuse::analyze::backend_name(b)] = s;
+                               return out;
+                             })
+      .def_property_readonly("python_module", [](const opfuse::analyze::Rule& r) { return r.python.module; })
+      .def_property_readonly("python_fx", [](const opfuse::analyze::Rule& r) { return r.python.fx; })
+      .def("matches_whole", &matches_whole, py::arg("ops"),
+           "whether one of the rule's patterns matches exactly this chain of op names")
+      .def("__repr__", [](const opfuse::analyze::Rule& r) { return "<opfuse rule " + r.name + ">"; });
+  m.def("rule_set", &opfuse::analyze::rule_set, py::arg("files"), py::arg("with_defaults") = true,
+        "the rules of the files, then (with_defaults) the built-in ones");
+
+  py::class_<Workload, PyWorkload, std::shared_ptr<Workload>>(m, "Workload")
+      .def(py::init<>())
+      .def("name", &Workload::name)
+      .def("describe", &Workload::describe)
+      .def("samples_per_step", &Workload::samples_per_step)
+      .def("step", &Workload::step);
+
+  m.def("tune", &tune_workload, py::arg("workload"), py::arg("rules"), py::arg("options"), py::arg("on_stage") = py::none(),
+        py::arg("on_progress") = py::none());
+  m.def("analyze", &analyze_paths, py::arg("paths"), py::arg("rules"), py::arg("measure") = false, py::arg("top") = 15);
+
+  py::class_<opfuse::profile::Profiler>(m, "Profiler")
+      .def(py::init<>())
+      .def("start", &opfuse::profile::Profiler::start)
+      .def("stop", &opfuse::profile::Profiler::stop)
+      .def("event_count", &opfuse::profile::Profiler::event_count)
+      .def("write", [](const opfuse::profile::Profiler& p, const std::string& path, const std::string& metadata) {
+        p.write(path, nlohmann::json::parse(metadata));
+      });
+  m.def("push_scope", [](const std::string& name) { scopes.push_back(std::make_unique<opfuse::profile::Scope>(name)); });
+  m.def("pop_scope", []() {
+    if (!scopes.empty()) scopes.pop_back();
+  });
+  m.def("top_level_ops", &top_level_ops, py::arg("fn"), "the names of the top-level ops fn() runs on this thread");
+  m.def("refuse_overwrite", &opfuse::report::refuse_overwrite, py::arg("path"), py::arg("overwrite"));
+}
