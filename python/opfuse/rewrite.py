@@ -95,8 +95,10 @@ class LeafTracer(fx.Tracer):
         return True
 
 
-def is_library_module(module):
-    return type(module).__module__.startswith(("torch.", "opfuse.")) or isinstance(module, opfuse_nn.Fused)
+def is_library_leaf(module):
+    """torch's and opfuse's own modules without children: their forwards hold no user chain."""
+    library = type(module).__module__.startswith(("torch.", "opfuse.")) or isinstance(module, opfuse_nn.Fused)
+    return library and not any(True for _ in module.children())
 
 
 def _untraceable_callee(error, forward):
@@ -364,7 +366,7 @@ def rewrite_forwards(model, rule, rules, calls, not_traced):
     replaced = 0
     for path, module in list(model.named_modules()):
         call = calls.get(path)
-        if is_library_module(module) or call is None:
+        if is_library_leaf(module) or call is None:
             continue
         fused = module.__dict__.get("forward")
         if isinstance(fused, FusedForward):
