@@ -42,6 +42,8 @@ std::string format_tune(const tune::TuneResult& r);
 std::string format_replacements(const std::vector<tune::Replacement>& replacements);
 nlohmann::json tune_json(const tune::TuneResult& r);
 nlohmann::json replacement_json(const tune::Replacement& r);
+// The analyze page's object for a tune run: the baseline's analysis, the diff, and "tune".
+nlohmann::json tune_page(const tune::TuneResult& r);
 
 // Throws std::invalid_argument "PATH: already exists (pass --force …)" unless overwrite is set
 // or PATH does not exist; commands call it before a long run, write_json again before writing.

@@ -199,8 +199,8 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
     data = json.loads(got["json"])
     data["where"] = "python"
     data["not_traced"] = pristine.not_traced
-    _write(os.path.join(folder, "report.json"), json.dumps(data, indent=2), force)
-    _write(os.path.join(folder, "report.html"), got["html"], force)
+    _write(os.path.join(folder, "report.json"), json.dumps(data, indent=2))
+    _write(os.path.join(folder, "report.html"), got["html"])
     tuned = got["tuned"]
     result = TuneResult(data, tuned.model if tuned is not None else pristine.model,
                         got["analysis_text"] + got["text"], pristine.not_traced)
@@ -210,8 +210,8 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
     return result
 
 
-def _write(path, text, force):
-    _C.refuse_overwrite(path, True)  # the folder was chosen to be free, or force was given
+def _write(path, text):
+    """Into the folder _out_folder chose: free of an earlier run, or force was given."""
     with open(path, "w") as f:
         f.write(text)
 

@@ -163,13 +163,9 @@ py::dict tune_workload(const Workload& w, const std::vector<opfuse::analyze::Rul
   if (!on_progress.is_none()) hooks.progress = [on_progress](int done, int total) { on_progress(done, total); };
   std::shared_ptr<Workload> tuned;
   const opfuse::tune::TuneResult r = opfuse::tune::tune(w, o, hooks, &tuned);
-  nlohmann::json json = opfuse::report::tune_json(r);
-  nlohmann::json page = opfuse::report::analysis_json(r.baseline.analysis);
-  if (r.any_verified) opfuse::report::add_diff(page, r.diff, r.tuned.analysis);
-  page["tune"] = json;
   py::dict out;
-  out["json"] = json.dump();
-  out["html"] = opfuse::report::analysis_html(page);
+  out["json"] = opfuse::report::tune_json(r).dump();
+  out["html"] = opfuse::report::analysis_html(opfuse::report::tune_page(r));
   out["text"] = opfuse::report::format_tune(r);
   out["analysis_text"] = opfuse::report::format_analysis(r.baseline.analysis, 10);
   out["tuned"] = tuned ? py::cast(tuned) : py::none();

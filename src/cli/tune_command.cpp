@@ -85,10 +85,7 @@ int run_tune(TuneArgs& a) {
   const nlohmann::json json = report::tune_json(r);
   const std::string dir = a.options.out_dir;
   report::write_json(dir + "/report.json", json, a.force);
-  nlohmann::json page = report::analysis_json(r.baseline.analysis);
-  if (r.any_verified) report::add_diff(page, r.diff, r.tuned.analysis);
-  page["tune"] = json;
-  report::write_text(dir + "/report.html", report::analysis_html(page), a.force);
+  report::write_text(dir + "/report.html", report::analysis_html(report::tune_page(r)), a.force);
   if (!a.json.empty()) report::write_json(a.json, json, a.force);
   std::fprintf(stdout, "\nwrote %s/report.json, %s/report.html, %s", dir.c_str(), dir.c_str(), r.baseline.trace.c_str());
   if (r.any_verified) std::fprintf(stdout, ", %s", r.tuned.trace.c_str());

@@ -119,4 +119,11 @@ nlohmann::json tune_json(const TuneResult& r) {
           {"saved", r.saved}};
 }
 
+nlohmann::json tune_page(const TuneResult& r) {
+  nlohmann::json page = analysis_json(r.baseline.analysis);
+  if (r.any_verified) add_diff(page, r.diff, r.tuned.analysis);
+  page["tune"] = tune_json(r);
+  return page;
+}
+
 }  // namespace opfuse::report
