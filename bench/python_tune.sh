@@ -15,7 +15,7 @@ torch.set_num_threads(torch.get_num_threads() if torch.get_num_threads() > 1 els
 model, inputs, loss = efficientnet.factory(image_size=size, batch_size=batch)
 r = opfuse.tune(model, inputs, loss, out=tempfile.mkdtemp(prefix="opfuse-bench-"), rounds=rounds, quiet=True)
 print(r.text)
-print(f"threads {torch.get_num_threads()}; speedup x{r.speedup:.3f}; baseline {r.baseline['images_per_sec']:.1f} "
-      f"({r.baseline['images_per_sec_min']:.1f}-{r.baseline['images_per_sec_max']:.1f}) -> tuned {r.tuned['images_per_sec']:.1f} "
-      f"({r.tuned['images_per_sec_min']:.1f}-{r.tuned['images_per_sec_max']:.1f}) images/s")
+lo, hi = r.speedup_ci
+print(f"threads {torch.get_num_threads()}; speedup x{r.speedup:.3f} [{lo:.3f}, {hi:.3f}]; baseline "
+      f"{r.baseline['images_per_sec']:.1f} -> tuned {r.tuned['images_per_sec']:.1f} images/s; machine {r.machine}")
 PY

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "opfuse/measure.h"
+
 namespace opfuse::bench {
 
 struct OpBenchOptions {
@@ -14,17 +16,16 @@ struct OpBenchOptions {
   // drop_connect_add; se_gate and those two take [16, C, 56, 56] of about numel elements.
   int64_t numel = 0;
   int threads = 0;  // 0: all hardware threads
-  int rounds = 7;
+  int rounds = 15;
   int warmup = 2;
-  std::function<void(int round, int rounds)> on_round;  // progress, optional
+  std::function<void(int done, int total)> progress;  // optional
 };
 
 struct VariantTiming {
   std::string name;  // reference | aten | opfuse
   std::string what;  // the code it runs, for the table
-  double median_ms = 0;
-  double min_ms = 0;
-  double max_ms = 0;
+  measure::Series ms;  // forward+backward, one per round
+  double spread = 0;   // slowest round / fastest
 };
 
 struct OpBenchResult {
@@ -34,10 +35,13 @@ struct OpBenchResult {
   int64_t numel = 0;
   int threads = 0;
   std::vector<VariantTiming> variants;  // reference, aten, opfuse
-  double speedup_vs_reference = 0;
-  double speedup_vs_aten = 0;
+  measure::Ratio speedup_vs_reference;  // paired rounds
+  measure::Ratio speedup_vs_aten;
   double opfuse_gbps = 0;  // bytes the fused forward+backward must move / its median time
-  double copy_gbps = 0;    // tensor copy in the same run: what memory can do
+  double copy_gbps = 0;    // tensor copy in the same run, interleaved with the variants: what memory can do
+  int rounds = 0;
+  measure::Machine machine;
+  measure::Environment environment;
 };
 
 const std::vector<std::string>& benchmarked_ops();

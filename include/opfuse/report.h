@@ -8,6 +8,7 @@
 
 #include "opfuse/analyze.h"
 #include "opfuse/bench.h"
+#include "opfuse/measure.h"
 #include "opfuse/train.h"
 #include "opfuse/tune.h"
 
@@ -18,6 +19,15 @@ using Row = std::vector<std::string>;
 // Columns padded to their widest cell; numeric-looking cells right-aligned.
 std::string format_table(const Row& header, const std::vector<Row>& rows);
 
+// Measurement: [lo, hi] (null for an unbounded end), the machine's load, the environment.
+nlohmann::json interval_json(const measure::Interval& interval);
+std::string format_interval(const measure::Interval& interval, const char* spec);  // "[1.2, 3.4]", "?" unbounded
+std::string format_gain(double gain, const measure::Interval& ci);                 // "+3.1% [+1.0%, +5.2%]"
+nlohmann::json machine_json(const measure::Machine& machine);
+std::string format_machine(const measure::Machine& machine);
+nlohmann::json environment_json(const measure::Environment& environment);
+std::string format_environment(const measure::Environment& environment);  // a line, then its warnings
+
 std::string format_op_bench(const bench::OpBenchResult& result);
 nlohmann::json op_bench_json(const bench::OpBenchResult& result);
 
@@ -26,7 +36,7 @@ nlohmann::json train_json(const train::TrainResult& result);
 std::string format_step(const train::StepRecord& step, int total, double mean_step_ms, double mean_data_ms,
                         double mean_loss);
 std::string format_train_summary(const train::TrainResult& result);
-std::string format_compare(const train::CompareResult& result, int batch_size, int steps);
+std::string format_compare(const train::CompareResult& result);
 nlohmann::json compare_json(const train::CompareResult& result);
 
 // analyze: the summary, the top ops and the findings, for a terminal; `top` rows per table.

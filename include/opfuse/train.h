@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "opfuse/measure.h"
+
 namespace opfuse::train {
 
 struct TrainOptions {
@@ -46,6 +48,7 @@ struct TrainResult {
   std::vector<StepRecord> records;
   size_t profile_events = 0;  // events written to options.profile
   double profile_step_ms_median = 0;  // the profiled steps, to set beside step_ms_median
+  measure::Environment environment;
 };
 
 // Throws std::invalid_argument for bad options or data (the message names the file).
@@ -62,25 +65,28 @@ inline constexpr const char* kAllFusions = "opfuse-all";
 TrainOptions variant_options(const TrainOptions& options, const std::string& variant);
 
 struct CompareResult {
-  std::vector<std::string> variants;             // swish kinds or kAllFusions, first is the baseline
-  std::vector<std::vector<double>> images_per_sec;  // [variant][round]
-  std::vector<double> median;                    // per variant
-  std::vector<double> ratio;                     // median / baseline median
+  std::vector<std::string> variants;  // swish kinds or kAllFusions, first is the baseline
+  int batch_size = 0, steps = 0;
+  measure::Measurement timing;         // ms per step, per variant and round
+  std::vector<measure::Ratio> speedup;  // the baseline's step time over each variant's, paired rounds
+  measure::Environment environment;
 };
 
-// Alternates the variants in one process, `rounds` rounds of options.steps timed steps
-// each (after one warm-up per variant), every model built from the same seed.
+// Interleaves the variants in one process (measure::interleave), `rounds` rounds of
+// options.steps timed steps each after options.warmup, every model built from the same seed.
 CompareResult compare(const TrainOptions& options, const std::vector<std::string>& variants, int rounds,
                       const std::function<void(int round, int rounds)>& on_round = {});
 
 struct OverheadResult {
   double plain_ms = 0, profiled_ms = 0;  // median step time
-  double overhead = 0;                   // profiled / plain − 1
+  double overhead = 0;                   // profiled / plain − 1, paired rounds
+  measure::Interval overhead_ci;
   size_t events_per_step = 0;
+  measure::Machine machine;
 };
 
-// The profiler's cost: one model, rounds alternating options.steps plain and options.steps
-// profiled steps (shapes recorded, nothing written), median step time of each.
+// The profiler's cost: one model, rounds interleaving options.steps plain and options.steps
+// profiled steps (shapes recorded, nothing written).
 OverheadResult profiler_overhead(const TrainOptions& options, int rounds);
 
 double peak_rss_mb();

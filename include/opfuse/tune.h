@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "opfuse/analyze.h"
+#include "opfuse/measure.h"
 
 namespace opfuse::tune {
 
@@ -24,9 +25,11 @@ struct TuneOptions {
   int num_classes = 1000;            // built-in models
   int steps = 3;                     // timed steps per variant and round
   int rounds = 5;                    // measurement rounds, after a warm-up
+  int max_rounds = 20;               // more rounds, up to this, while a gain's interval straddles min_gain
   int warmup = 2;
   int profile_steps = 2;
-  double min_gain = 0.02;  // a verified replacement is kept only if it gains at least this
+  double min_gain = 0.02;  // kept when its gain's interval lies above this, rolled back when below
+  bool keep_inconclusive = false;  // keep a replacement whose interval still straddles min_gain
   double lr = 0.01;
   uint64_t seed = 0;
   int threads = 0;  // 0: all cores
@@ -56,13 +59,27 @@ struct Verdict {
   std::string error;  // set when the rewritten model failed to run
 };
 
+enum class Decision { kept, rolled_back, inconclusive };
+const char* decision_name(Decision d);  // "kept" | "rolled back" | "inconclusive"
+
+// Kept when the whole interval is at or above min_gain, rolled back when it is below, otherwise
+// inconclusive; min_gain ≤ −1 keeps everything.
+Decision decide(const measure::Interval& gain, double min_gain);
+
 struct Replacement {
   std::string rule, rewrite;
   int places = 0;  // modules or graph matches it changed
   Verdict verdict;
   bool measured = false;
-  double gain = 0;  // images/s over the variant before it, − 1
+  double gain = 0;  // step time of the variant before it / its own, − 1 (median of paired rounds)
+  measure::Interval gain_ci;
+  int rounds = 0;   // paired rounds behind the interval
+  Decision decision = Decision::rolled_back;
   bool kept = false;
+  // The analysis' saving for the rule as a gain of the measured step, when it made one, and
+  // whether the measured interval excludes it.
+  double estimated_gain = 0;
+  bool has_estimate = false, estimate_disagrees = false;
   std::string why;  // why it was not kept
 };
 
@@ -71,10 +88,12 @@ struct NotApplied {
 };
 
 struct Side {
-  std::string variant;                  // what the model ran, e.g. "swish=fused se_gate=composite"
-  std::vector<double> images_per_sec;   // per round
-  double median = 0, min = 0, max = 0;  // images/s
-  double ops_per_step = 0;              // host ops in a profiled step
+  std::string variant;      // what the model ran, e.g. "swish=fused se_gate=composite"
+  measure::Series step_ms;  // ms per step, one per round
+  // Derived from the step time (samples per step / median step time), never measured apart.
+  double images_per_sec = 0;
+  measure::Interval images_per_sec_ci;
+  double ops_per_step = 0;  // host ops in a profiled step
   std::string trace;                    // the profile written
   analyze::Analysis analysis;
 };
@@ -91,7 +110,10 @@ struct TuneResult {
   int image_size = 0, batch_size = 0, steps = 0, rounds = 0, threads = 0;
   std::vector<int64_t> input_shape;  // TorchScript models
   Side baseline, tuned;
-  double speedup = 1;  // tuned / baseline median images/s
+  double speedup = 1;  // baseline / tuned step time, median of paired rounds
+  measure::Interval speedup_ci{1, 1};
+  measure::Machine machine;  // the busier of the measurements
+  measure::Environment environment;
   std::vector<Replacement> replacements;
   std::vector<NotApplied> not_applied;
   std::vector<RuleTime> rule_times;
@@ -104,6 +126,7 @@ struct Hooks {
   std::function<void(const std::string& stage)> stage;
   std::function<void(int done, int total)> progress;
   std::function<void(const analyze::Analysis&)> analysed;  // the baseline's findings, as soon as known
+  std::function<void(const std::string&)> warning;         // environment and busy-machine warnings
 };
 
 // Throws std::invalid_argument naming the bad option (or the model file) of a built-in or

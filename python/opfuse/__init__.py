@@ -46,7 +46,8 @@ class _Record:
 
 
 class Replacement(_Record):
-    """rule, rewrite, places, verified, max_rel_error, gain, kept, why (and the verdict's details)."""
+    """rule, rewrite, places, verified, max_rel_error, gain, gain_ci, rounds, decision, kept, why
+    (and the verdict's details)."""
 
 
 class TuneResult:
@@ -58,6 +59,9 @@ class TuneResult:
         self.model = model
         self.text = text
         self.speedup = report["speedup"]
+        self.speedup_ci = report["speedup_ci"]
+        self.machine = report["machine"]
+        self.environment = report["environment"]
         self.replacements = [Replacement(r) for r in report["replacements"]]
         self.not_applied = [r for r in report["rejected"] if r["rewrite"] is None]
         self.not_traced = dict(not_traced)
@@ -166,11 +170,14 @@ class _Progress:
 # ---- the API ----------------------------------------------------------------------------------
 
 def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules=False, out=None, force=False,
-         min_gain=0.02, steps=3, rounds=5, warmup=2, profile_steps=2, seed=0, threads=0, measure_ops=True,
-         quiet=False):
+         min_gain=0.02, steps=3, rounds=5, max_rounds=20, keep_inconclusive=False, warmup=2, profile_steps=2, seed=0,
+         threads=0, measure_ops=True, quiet=False):
     """Profiles training steps of `model`, finds the chains the rules name, replaces each on a copy
     with a fused op, verifies outputs and every gradient (float64 and float32), measures baseline
-    and rewrites alternating, and keeps what verified and gained at least `min_gain`.
+    and rewrites alternating in paired rounds, and keeps what verified and whose gain's 95%
+    interval lies at or above `min_gain` (more rounds, up to `max_rounds`, while it straddles it;
+    still unclear: not kept unless keep_inconclusive). A reference BLAS or other processes busy
+    while measuring are reported as RuntimeWarnings and in the result's "environment"/"machine".
 
     inputs:    the tuple of model(...)'s positional arguments (any number, any dtype)
     loss_fn:   output -> scalar loss (a closure over the target)
@@ -186,6 +193,8 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
     for name, value in (("steps", steps), ("rounds", rounds), ("profile_steps", profile_steps)):
         if value < 1:
             raise ValueError(f"{name} must be at least 1")
+    if max_rounds and max_rounds < rounds:
+        raise ValueError(f"max_rounds {max_rounds} is below rounds {rounds} (0 runs `rounds` only)")
     if out is None:
         import tempfile
         folder = tempfile.mkdtemp(prefix="opfuse-")
@@ -193,8 +202,9 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
         folder = _out_folder(out, force)
     report = _Progress(quiet)
     pristine = PythonWorkload(pristine_model, inputs, loss_fn, optimizer, rule_list)
-    options = dict(out_dir=folder, steps=steps, rounds=rounds, warmup=warmup, profile_steps=profile_steps,
-                   min_gain=min_gain, seed=seed, threads=threads, measure_ops=measure_ops)
+    options = dict(out_dir=folder, steps=steps, rounds=rounds, max_rounds=max_rounds, warmup=warmup,
+                   profile_steps=profile_steps, min_gain=min_gain, keep_inconclusive=keep_inconclusive, seed=seed,
+                   threads=threads, measure_ops=measure_ops)
     got = _C.tune(pristine, rule_list, options, report.stage, report.progress)
     data = json.loads(got["json"])
     data["where"] = "python"

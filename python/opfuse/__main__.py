@@ -37,6 +37,8 @@ def main(argv=None):
     t.add_argument("--min-gain", type=float, default=0.02)
     t.add_argument("--steps", type=int, default=3)
     t.add_argument("--rounds", type=int, default=5)
+    t.add_argument("--max-rounds", type=int, default=20, help="more rounds while a gain's interval straddles --min-gain")
+    t.add_argument("--keep-inconclusive", action="store_true", help="keep replacements still unclear after --max-rounds")
     t.add_argument("--warmup", type=int, default=2)
     t.add_argument("--profile-steps", type=int, default=2)
     t.add_argument("--threads", type=int, default=0, help="intra-op threads (0: all cores)")
@@ -59,7 +61,8 @@ def main(argv=None):
         model, inputs, loss_fn, *optimizer = load_factory(args.factory)
         result = opfuse.tune(model, inputs, loss_fn, optimizer[0] if optimizer else None, rules=args.rules,
                              no_default_rules=args.no_default_rules, out=args.out, force=args.force,
-                             min_gain=args.min_gain, steps=args.steps, rounds=args.rounds, warmup=args.warmup,
+                             min_gain=args.min_gain, steps=args.steps, rounds=args.rounds,
+                             max_rounds=args.max_rounds, keep_inconclusive=args.keep_inconclusive, warmup=args.warmup,
                              profile_steps=args.profile_steps)
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"opfuse: {e}", file=sys.stderr)

@@ -154,13 +154,19 @@ py::dict tune_workload(const Workload& w, const std::vector<opfuse::analyze::Rul
   o.rounds = kw["rounds"].cast<int>();
   o.warmup = kw["warmup"].cast<int>();
   o.profile_steps = kw["profile_steps"].cast<int>();
+  o.max_rounds = kw["max_rounds"].cast<int>();
   o.min_gain = kw["min_gain"].cast<double>();
+  o.keep_inconclusive = kw["keep_inconclusive"].cast<bool>();
   o.seed = kw["seed"].cast<uint64_t>();
   o.threads = kw["threads"].cast<int>();
   o.measure_ops = kw["measure_ops"].cast<bool>();
   opfuse::tune::Hooks hooks;
   if (!on_stage.is_none()) hooks.stage = [on_stage](const std::string& s) { on_stage(s); };
   if (!on_progress.is_none()) hooks.progress = [on_progress](int done, int total) { on_progress(done, total); };
+  // A reference BLAS or a busy machine is a RuntimeWarning, which scripts can filter or raise.
+  hooks.warning = [](const std::string& w) {
+    py::module_::import("warnings").attr("warn")(w, py::module_::import("builtins").attr("RuntimeWarning"), 2);
+  };
   std::shared_ptr<Workload> tuned;
   const opfuse::tune::TuneResult r = opfuse::tune::tune(w, o, hooks, &tuned);
   py::dict out;

@@ -1,16 +1,18 @@
-// bench-op: forward+backward of the reference composite, ATen and the opfuse op, alternating in
-// one process after a warm-up, median over rounds — an absolute time on a shared 2-core machine
-// means little, the ratio within one run does.
+// bench-op: forward+backward of the reference composite, ATen and the opfuse op, interleaved in
+// one process (measure::interleave), each ratio from paired rounds — an absolute time on a shared
+// 2-core machine means little, the ratio within one run does.
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
 #include "opfuse/bench.h"
+#include "opfuse/measure.h"
 #include "opfuse/models.h"
 #include "opfuse/stats.h"
 #include "opfuse/ops.h"
@@ -140,6 +142,9 @@ double time_step(const Case& c, const Variant& v) {
   return elapsed_ms(start);
 }
 
+// Five calls per round: a call that stalls (see measure::Options::calls) is not the round's figure.
+constexpr int kCallsPerRound = 5;
+
 std::string shape_string(at::IntArrayRef sizes) {
   return fmt::format("[{}]", fmt::join(sizes, ", "));
 }
@@ -160,20 +165,22 @@ OpBenchResult bench_op(const OpBenchOptions& options) {
   torch::manual_seed(0);
   const Case c = make_case(options.op, options.numel);
 
-  for (int w = 0; w < options.warmup; ++w)
-    for (const auto& v : c.variants) time_step(c, v);
-
-  std::vector<std::vector<double>> samples(c.variants.size());
-  std::vector<double> copy_ms;
+  // The copy runs as a fourth variant, so memory's bandwidth is measured under the same conditions.
   const at::Tensor src = c.leaves[0].detach();
   at::Tensor dst = torch::empty_like(src);
-  for (int r = 0; r < options.rounds; ++r) {
-    if (options.on_round) options.on_round(r, options.rounds);
-    for (size_t i = 0; i < c.variants.size(); ++i) samples[i].push_back(time_step(c, c.variants[i]));
+  std::vector<measure::Run> runs;
+  for (const auto& v : c.variants) runs.push_back([&c, &v] { return time_step(c, v); });
+  runs.push_back([&] {
     const auto start = Clock::now();
     dst.copy_(src);
-    copy_ms.push_back(elapsed_ms(start));
-  }
+    return elapsed_ms(start);
+  });
+  measure::Options m;
+  m.warmup = options.warmup;
+  m.rounds = options.rounds;
+  m.calls = kCallsPerRound;
+  m.progress = options.progress;
+  const measure::Measurement timing = measure::interleave(runs, m);
 
   OpBenchResult result;
   result.op = options.op;
@@ -181,16 +188,17 @@ OpBenchResult bench_op(const OpBenchOptions& options) {
   result.capability = cpu::capability_name(cpu::cpu_capability());
   result.numel = c.leaves[0].numel();
   result.threads = threads;
+  result.rounds = timing.rounds;
+  result.machine = timing.machine;
+  result.environment = measure::environment();
   for (size_t i = 0; i < c.variants.size(); ++i) {
-    const auto [lo, hi] = std::minmax_element(samples[i].begin(), samples[i].end());
-    result.variants.push_back({c.variants[i].name, c.variants[i].what, median(samples[i]), *lo, *hi});
+    const measure::Series& s = timing.variants[i];
+    result.variants.push_back({c.variants[i].name, c.variants[i].what, s, s.max / s.min});
   }
-  const double reference = result.variants[0].median_ms, aten = result.variants[1].median_ms,
-               fused = result.variants[2].median_ms;
-  result.speedup_vs_reference = reference / fused;
-  result.speedup_vs_aten = aten / fused;
-  result.opfuse_gbps = c.bytes_per_step / (fused * 1e6);
-  result.copy_gbps = 2.0 * src.numel() * sizeof(float) / (median(copy_ms) * 1e6);
+  result.speedup_vs_reference = measure::ratio(timing, 0, 2);
+  result.speedup_vs_aten = measure::ratio(timing, 1, 2);
+  result.opfuse_gbps = c.bytes_per_step / (timing.variants[2].median * 1e6);
+  result.copy_gbps = 2.0 * src.numel() * sizeof(float) / (timing.variants[3].median * 1e6);
   return result;
 }
 

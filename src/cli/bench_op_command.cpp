@@ -32,7 +32,7 @@ Run add_bench_op(CLI::App& app) {
   cmd->add_option("--threads", args->options.threads, "intra-op threads (0: all cores)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--rounds", args->options.rounds, "timed rounds, each variant once per round")
+  cmd->add_option("--rounds", args->options.rounds, "timed rounds, each variant once per round, the order rotating")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup", args->options.warmup, "untimed rounds first")
@@ -44,7 +44,7 @@ Run add_bench_op(CLI::App& app) {
   return [cmd, args]() {
     if (!cmd->parsed()) return -1;
     auto progress = std::make_shared<Progress>("bench-op " + args->options.op);
-    args->options.on_round = [progress](int r, int n) { progress->update(r, n); };
+    args->options.progress = [progress](int done, int total) { progress->update(done, total); };
     if (!args->json.empty()) report::refuse_overwrite(args->json, args->force);
     const auto result = bench::bench_op(args->options);
     progress->clear();

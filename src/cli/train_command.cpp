@@ -62,7 +62,7 @@ int run_compare(TrainArgs& a) {
   const train::CompareResult result =
       train::compare(a.options, variants, a.rounds, [&](int r, int n) { progress.update(r, n); });
   progress.clear();
-  std::fputs(report::format_compare(result, a.options.batch_size, a.options.steps).c_str(), stdout);
+  std::fputs(report::format_compare(result).c_str(), stdout);
   if (!a.json.empty()) report::write_json(a.json, report::compare_json(result), a.force);
   return 0;
 }
@@ -112,7 +112,9 @@ Run add_train(CLI::App& app) {
     if (a->profile_overhead) {
       const train::OverheadResult r = train::profiler_overhead(a->options, a->rounds);
       std::printf("plain step     %.1f ms (median)\nprofiled step  %.1f ms (median, %zu events per step)\n"
-                  "overhead       %+.1f %%\n", r.plain_ms, r.profiled_ms, r.events_per_step, 100 * r.overhead);
+                  "overhead       %s (paired rounds)\n%s",
+                  r.plain_ms, r.profiled_ms, r.events_per_step, report::format_gain(r.overhead, r.overhead_ci).c_str(),
+                  report::format_machine(r.machine).c_str());
       return 0;
     }
     return a->compare.empty() ? run_train(*a) : run_compare(*a);

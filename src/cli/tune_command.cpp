@@ -74,6 +74,7 @@ int run_tune(TuneArgs& a) {
     std::fflush(stdout);
   };
   hooks.progress = [&](int done, int total) { progress->update(done, total); };
+  hooks.warning = [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); };
   hooks.analysed = [](const analyze::Analysis& a) {
     std::fputs(report::format_analysis(a, 10).c_str(), stdout);
     std::fflush(stdout);
@@ -115,8 +116,14 @@ Run add_tune(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup", o.warmup, "untimed steps per variant first")->capture_default_str()->check(CLI::Range(0, 1000));
   cmd->add_option("--profile-steps", o.profile_steps, "steps in each profile")->capture_default_str()->check(CLI::Range(1, 100));
-  cmd->add_option("--min-gain", o.min_gain, "keep a verified replacement only if it gains at least this (0.02 = 2%; -1 keeps every verified one)")
+  cmd->add_option("--max-rounds", o.max_rounds, "more rounds, up to this many, while a gain's interval straddles --min-gain (0: --rounds only)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000));
+  cmd->add_option("--min-gain", o.min_gain,
+                  "keep a verified replacement when its gain's 95% interval lies at or above this, roll it back when "
+                  "below (0.02 = 2%; -1 keeps every verified one)")
       ->capture_default_str();
+  cmd->add_flag("--keep-inconclusive", o.keep_inconclusive, "also keep replacements whose interval still straddles --min-gain after --max-rounds");
   cmd->add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();
   cmd->add_option("--out", a->out, "folder for traces, report and tuned model (a numbered sibling if it holds a run)")
       ->capture_default_str();

@@ -21,6 +21,7 @@ nlohmann::json train_json(const train::TrainResult& r) {
                    {"loss_first", r.loss_first},
                    {"loss_last", r.loss_last},
                    {"peak_rss_mb", r.peak_rss_mb}};
+  j["environment"] = environment_json(r.environment);
   if (r.profile_events > 0) j["profile"] = {{"events", r.profile_events}, {"step_ms_median", r.profile_step_ms_median}};
   return j;
 }
@@ -44,30 +45,47 @@ std::string format_train_summary(const train::TrainResult& r) {
                         {"peak RSS", fmt::format("{:.0f} MB", r.peak_rss_mb)}};
   std::string out = "\n";
   for (const auto& row : rows) out += fmt::format("{:<16} {}\n", row[0], row[1]);
-  return out;
+  return out + format_environment(r.environment);
 }
 
-std::string format_compare(const train::CompareResult& c, int batch_size, int steps) {
+std::string format_compare(const train::CompareResult& c) {
   std::vector<Row> rows;
+  const double per_s = 1000.0 * c.batch_size;
   for (size_t v = 0; v < c.variants.size(); ++v) {
-    const auto [lo, hi] = std::minmax_element(c.images_per_sec[v].begin(), c.images_per_sec[v].end());
-    rows.push_back({c.variants[v], fmt::format("{:.1f}", c.median[v]), fmt::format("{:.1f}-{:.1f}", *lo, *hi),
-                    fmt::format("x{:.3f}", c.ratio[v])});
+    const measure::Series& s = c.timing.variants[v];
+    const measure::Ratio& r = c.speedup[v];
+    rows.push_back({c.variants[v], fmt::format("{:.1f} {}", s.median, format_interval(s.ci, "{:.1f}")),
+                    fmt::format("{:.1f}", per_s / s.median),
+                    v == 0 ? "" : format_gain(r.estimate - 1, {r.ci.lo - 1, r.ci.hi - 1})});
   }
-  return fmt::format("\n{} rounds of {} steps x {} images per variant, alternating\n", c.images_per_sec.front().size(),
-                     steps, batch_size) +
-         format_table({"variant", "images/s (median)", "range", fmt::format("vs {}", c.variants.front())}, rows);
+  return fmt::format("\n{} rounds of {} steps x {} images per variant, interleaved\n", c.timing.rounds, c.steps,
+                     c.batch_size) +
+         format_environment(c.environment) + format_machine(c.timing.machine) + "\n" +
+         format_table({"variant", "step ms (median [95% CI])", "images/s (from step time)",
+                       fmt::format("images/s vs {} (paired rounds)", c.variants.front())},
+                      rows);
 }
 
 nlohmann::json compare_json(const train::CompareResult& c) {
   nlohmann::json variants = nlohmann::json::array();
-  for (size_t v = 0; v < c.variants.size(); ++v)
+  for (size_t v = 0; v < c.variants.size(); ++v) {
+    const measure::Series& s = c.timing.variants[v];
     variants.push_back({{"variant", c.variants[v]},
                         {"swish", c.variants[v]},  // the key before variants other than Swish kinds
-                        {"images_per_sec", c.median[v]},
-                        {"rounds", c.images_per_sec[v]},
-                        {"ratio", c.ratio[v]}});
-  return {{"baseline", c.variants.front()}, {"variants", variants}};
+                        {"step_ms", s.median},
+                        {"step_ms_ci", interval_json(s.ci)},
+                        {"step_ms_rounds", s.ms},
+                        {"images_per_sec", 1000.0 * c.batch_size / s.median},
+                        {"speedup", c.speedup[v].estimate},
+                        {"speedup_ci", interval_json(c.speedup[v].ci)}});
+  }
+  return {{"baseline", c.variants.front()},
+          {"batch_size", c.batch_size},
+          {"steps", c.steps},
+          {"rounds", c.timing.rounds},
+          {"variants", variants},
+          {"machine", machine_json(c.timing.machine)},
+          {"environment", environment_json(c.environment)}};
 }
 
 }  // namespace opfuse::report

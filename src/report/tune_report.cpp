@@ -19,52 +19,76 @@ std::string verdict_cell(const Replacement& r) {
 
 nlohmann::json side_json(const tune::Side& s) {
   return {{"variant", s.variant},
-          {"images_per_sec", s.median},
-          {"images_per_sec_rounds", s.images_per_sec},
-          {"images_per_sec_min", s.min},
-          {"images_per_sec_max", s.max},
+          {"step_ms", s.step_ms.median},
+          {"step_ms_ci", interval_json(s.step_ms.ci)},
+          {"step_ms_rounds", s.step_ms.ms},
+          {"images_per_sec", s.images_per_sec},
+          {"images_per_sec_ci", interval_json(s.images_per_sec_ci)},
           {"ops_per_step", s.ops_per_step},
-          {"step_us", s.analysis.trace.step_us},
+          {"profiled_step_ms", s.analysis.trace.step_us / 1000},
           {"trace", s.trace}};
 }
+
+std::string gain_cell(const Replacement& r) { return r.measured ? format_gain(r.gain, r.gain_ci) : "-"; }
+
+std::string result_cell(const Replacement& r) {
+  if (!r.measured) return r.kept ? "kept" : "rolled back";
+  return r.kept && r.decision != tune::Decision::kept ? "kept (inconclusive)" : tune::decision_name(r.decision);
+}
+
+std::string ms_cell(const measure::Series& s) { return fmt::format("{:.2f} {}", s.median, format_interval(s.ci, "{:.2f}")); }
 
 }  // namespace
 
 std::string format_replacements(const std::vector<Replacement>& replacements) {
   std::vector<Row> rows;
   for (const auto& r : replacements)
-    rows.push_back({r.rule, r.rewrite, std::to_string(r.places), verdict_cell(r),
-                    r.measured ? fmt::format("{:+.1f}%", 100 * r.gain) : "-", r.kept ? "kept" : "rolled back",
-                    r.why});
-  return format_table({"rule", "rewrite", "places", "verified", "gain", "result", "why"}, rows);
+    rows.push_back({r.rule, r.rewrite, std::to_string(r.places), verdict_cell(r), gain_cell(r),
+                    r.measured ? std::to_string(r.rounds) : "-", result_cell(r), r.why});
+  return format_table({"rule", "rewrite", "places", "verified", "gain [95% CI]", "rounds", "result", "why"}, rows);
+}
+
+// Where the analysis' estimate lies outside what was measured: the estimate (or the cost model
+// behind it) is off for this model, worth knowing before trusting the next estimate.
+std::string estimate_notes(const std::vector<Replacement>& replacements) {
+  std::string out;
+  for (const auto& r : replacements)
+    if (r.estimate_disagrees)
+      out += fmt::format("note: {}: the analysis estimated {:+.1f}%, outside the measured interval {}\n", r.rule,
+                         100 * r.estimated_gain, format_interval({100 * r.gain_ci.lo, 100 * r.gain_ci.hi}, "{:+.1f}%"));
+  return out;
 }
 
 std::string format_tune(const TuneResult& r) {
   const std::string input = !r.input_shape.empty() ? fmt::format("input {}", fmt::join(r.input_shape, "x"))
                             : r.image_size > 0     ? fmt::format("at {}x{}, batch {}", r.image_size, r.image_size, r.batch_size)
                                                    : fmt::format("batch {}", r.batch_size);
-  std::string out = fmt::format("\nopfuse tune: {} {}, {} threads, {} rounds of {} steps\n", r.model, input, r.threads,
-                                r.rounds, r.steps);
-  out += "\nreplacements\n" + format_replacements(r.replacements);
+  std::string out = fmt::format("\nopfuse tune: {} {}, {} threads, {} rounds of {} steps (more while a gain is unclear)\n",
+                                r.model, input, r.threads, r.rounds, r.steps);
+  out += format_environment(r.environment) + format_machine(r.machine);
+  out += "\nreplacements\n" + format_replacements(r.replacements) + estimate_notes(r.replacements);
   for (const auto& n : r.not_applied) out += fmt::format("not applied: {}: {}\n", n.rule, n.why);
-  if (!r.any_verified) return out + "\nno replacement verified: the model is left as it was\n";
+  if (!r.any_verified)
+    return out + fmt::format("\nno replacement verified: the model is left as it was; it runs {} ms per step "
+                             "({:.1f} images/s)\n",
+                             ms_cell(r.baseline.step_ms), r.baseline.images_per_sec);
 
   std::vector<Row> rows;
-  rows.push_back({"images/s (median)", fmt::format("{:.1f}", r.baseline.median), fmt::format("{:.1f}", r.tuned.median),
-                  percent(r.speedup)});
-  rows.push_back({"images/s (range)", fmt::format("{:.1f}-{:.1f}", r.baseline.min, r.baseline.max),
-                  fmt::format("{:.1f}-{:.1f}", r.tuned.min, r.tuned.max), ""});
+  rows.push_back({"step time, ms (median [95% CI])", ms_cell(r.baseline.step_ms), ms_cell(r.tuned.step_ms),
+                  format_gain(1 / r.speedup - 1, {1 / r.speedup_ci.hi - 1, 1 / r.speedup_ci.lo - 1})});
+  rows.push_back({"images/s (from step time)", fmt::format("{:.1f}", r.baseline.images_per_sec),
+                  fmt::format("{:.1f}", r.tuned.images_per_sec), format_gain(r.speedup - 1, {r.speedup_ci.lo - 1, r.speedup_ci.hi - 1})});
   rows.push_back({"ops per step", fmt::format("{:.0f}", r.baseline.ops_per_step),
                   fmt::format("{:.0f}", r.tuned.ops_per_step),
                   percent(r.tuned.ops_per_step / std::max(1.0, r.baseline.ops_per_step))});
   for (const auto& t : r.rule_times) {
     rows.push_back({fmt::format("{} small ops per step", t.rule), fmt::format("{:.0f}", t.ops_per_step_before),
                     fmt::format("{:.0f}", t.ops_per_step_after), ""});
-    rows.push_back({fmt::format("time under {} per step (ms)", t.rule), fmt::format("{:.2f}", t.us_per_step_before / 1000),
+    rows.push_back({fmt::format("time under {} per step (ms, profiled)", t.rule), fmt::format("{:.2f}", t.us_per_step_before / 1000),
                     fmt::format("{:.2f}", t.us_per_step_after / 1000),
                     t.us_per_step_before > 0 ? percent(t.us_per_step_after / t.us_per_step_before) : ""});
   }
-  out += "\nbaseline -> tuned\n" + format_table({"", "baseline", "tuned", "change"}, rows);
+  out += "\nbaseline -> tuned (changes from paired rounds)\n" + format_table({"", "baseline", "tuned", "change"}, rows);
   out += fmt::format("baseline: {}\ntuned:    {}\n", r.baseline.variant, r.tuned.variant);
   return out;
 }
@@ -81,6 +105,11 @@ nlohmann::json replacement_json(const Replacement& r) {
           {"error", r.verdict.error},
           {"measured", r.measured},
           {"gain", r.measured ? nlohmann::json(r.gain) : nlohmann::json(nullptr)},
+          {"gain_ci", r.measured ? interval_json(r.gain_ci) : nlohmann::json(nullptr)},
+          {"rounds", r.rounds},
+          {"decision", r.measured ? tune::decision_name(r.decision) : nlohmann::json(nullptr)},
+          {"estimated_gain", r.has_estimate ? nlohmann::json(r.estimated_gain) : nlohmann::json(nullptr)},
+          {"estimate_disagrees", r.estimate_disagrees},
           {"kept", r.kept},
           {"why", r.why}};
 }
@@ -109,6 +138,9 @@ nlohmann::json tune_json(const TuneResult& r) {
           {"baseline", side_json(r.baseline)},
           {"tuned", side_json(r.tuned)},
           {"speedup", r.speedup},
+          {"speedup_ci", interval_json(r.speedup_ci)},
+          {"machine", machine_json(r.machine)},
+          {"environment", environment_json(r.environment)},
           {"replacements", replacements},
           {"rejected", rejected},
           {"rule_times", times},

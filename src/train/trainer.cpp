@@ -16,6 +16,7 @@
 #include "opfuse/data.h"
 #include "opfuse/efficientnet.h"
 #include "opfuse/profile.h"
+#include "opfuse/measure.h"
 #include "opfuse/stats.h"
 #include "opfuse/train.h"
 
@@ -184,6 +185,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const StepReco
   if (!o.profile.empty())
     std::tie(result.profile_step_ms_median, result.profile_events) = profile_steps(o, s, o.warmup + o.steps + 1);
   result.peak_rss_mb = peak_rss_mb();
+  result.environment = measure::environment();
   return result;
 }
 
@@ -202,6 +204,23 @@ TrainOptions variant_options(const TrainOptions& o, const std::string& variant) 
   return v;
 }
 
+// options.steps steps of a session; its time is per step.
+measure::Run steps_of(Session& s, int steps) {
+  return [&s, steps] {
+    double ms = 0;
+    for (int i = 0; i < steps; ++i) ms += run_step(s).step_ms;
+    return ms / steps;
+  };
+}
+
+measure::Options measure_options(const TrainOptions& o, int rounds, const std::function<void(int, int)>& progress) {
+  measure::Options m;
+  m.warmup = std::max(1, o.warmup);
+  m.rounds = rounds;
+  m.progress = progress;
+  return m;
+}
+
 CompareResult compare(const TrainOptions& o, const std::vector<std::string>& variants, int rounds,
                       const std::function<void(int, int)>& on_round) {
   validate(o);
@@ -213,22 +232,16 @@ CompareResult compare(const TrainOptions& o, const std::vector<std::string>& var
 
   std::vector<Session> sessions;
   for (const auto& v : variant_runs) sessions.push_back(open_session(v));
-  for (auto& s : sessions)
-    for (int i = 0; i < std::max(1, o.warmup); ++i) run_step(s);
+  std::vector<measure::Run> runs;
+  for (auto& s : sessions) runs.push_back(steps_of(s, o.steps));
 
   CompareResult result;
   result.variants = variants;
-  result.images_per_sec.resize(variants.size());
-  for (int r = 0; r < rounds; ++r) {
-    if (on_round) on_round(r, rounds);
-    for (size_t v = 0; v < sessions.size(); ++v) {
-      double ms = 0;
-      for (int i = 0; i < o.steps; ++i) ms += run_step(sessions[v]).step_ms;
-      result.images_per_sec[v].push_back(static_cast<double>(o.batch_size) * o.steps / (ms / 1000.0));
-    }
-  }
-  for (const auto& samples : result.images_per_sec) result.median.push_back(median(samples));
-  for (double m : result.median) result.ratio.push_back(m / result.median.front());
+  result.batch_size = o.batch_size;
+  result.steps = o.steps;
+  result.timing = measure::interleave(runs, measure_options(o, rounds, on_round));
+  for (size_t v = 0; v < variants.size(); ++v) result.speedup.push_back(measure::ratio(result.timing, 0, v));
+  result.environment = measure::environment();
   return result;
 }
 
@@ -237,35 +250,27 @@ OverheadResult profiler_overhead(const TrainOptions& o, int rounds) {
   if (rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
   set_threads(o.threads);
   Session s = open_session(o);
-  for (int i = 0; i < std::max(1, o.warmup); ++i) run_step(s);
-  std::vector<double> plain, profiled;
   size_t events = 0;
-  auto run_plain = [&] {
-    for (int i = 0; i < o.steps; ++i) plain.push_back(run_step(s).step_ms);
-  };
-  auto run_profiled = [&] {
+  const measure::Run plain = steps_of(s, o.steps);
+  const measure::Run profiled = [&] {
     profile::Profiler profiler;
     profiler.start();
     const std::vector<double> step_ms = run_profiled_steps(s, o.steps, 1);
     profiler.stop();
-    profiled.insert(profiled.end(), step_ms.begin(), step_ms.end());
     events = profiler.event_count() / o.steps;
+    double total = 0;
+    for (double ms : step_ms) total += ms;
+    return total / o.steps;
   };
-  // The order flips every round so neither variant always runs first.
-  for (int r = 0; r < rounds; ++r) {
-    if (r % 2 == 0) {
-      run_plain();
-      run_profiled();
-    } else {
-      run_profiled();
-      run_plain();
-    }
-  }
+  const measure::Measurement m = measure::interleave({plain, profiled}, measure_options(o, rounds, {}));
   OverheadResult result;
-  result.plain_ms = median(plain);
-  result.profiled_ms = median(profiled);
-  result.overhead = result.profiled_ms / result.plain_ms - 1;
+  result.plain_ms = m.variants[0].median;
+  result.profiled_ms = m.variants[1].median;
+  const measure::Ratio slower = measure::ratio(m, 1, 0);  // profiled over plain
+  result.overhead = slower.estimate - 1;
+  result.overhead_ci = {slower.ci.lo - 1, slower.ci.hi - 1};
   result.events_per_step = events;
+  result.machine = m.machine;
   return result;
 }
 

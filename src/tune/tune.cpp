@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "opfuse/bench.h"
+#include "opfuse/measure.h"
 #include "opfuse/profile.h"
 #include "opfuse/stats.h"
 #include "opfuse/trace.h"
@@ -20,6 +21,10 @@ namespace {
 
 void say(const Hooks& h, const std::string& stage) {
   if (h.stage) h.stage(stage);
+}
+
+void warn(const Hooks& h, const std::string& warning) {
+  if (h.warning) h.warning(warning);
 }
 
 // The baseline is profiled right after it is built, while its memory is still settling: at
@@ -102,34 +107,71 @@ void plan(const analyze::Analysis& a, const TuneOptions& o, const Workload& base
   }
 }
 
-struct Timing {
-  std::vector<std::vector<double>> images_per_sec;  // [variant][round]
-};
-
-// Variants alternate round by round, the order rotating, each after its own warm-up.
-Timing alternate(std::vector<Workload*> sessions, const TuneOptions& o, int64_t batch, const Hooks& h) {
-  for (Workload* s : sessions)
-    for (int i = 0; i < std::max(1, o.warmup); ++i) s->step();
-  Timing t;
-  t.images_per_sec.resize(sessions.size());
-  const int total = o.rounds * static_cast<int>(sessions.size());
-  int done = 0;
-  for (int r = 0; r < o.rounds; ++r)
-    for (size_t k = 0; k < sessions.size(); ++k) {
-      const size_t v = (k + r) % sessions.size();
+// Each run is options.steps steps of one workload; its time is per step.
+std::vector<measure::Run> runs_of(const std::vector<Workload*>& workloads, int steps) {
+  std::vector<measure::Run> runs;
+  for (Workload* w : workloads)
+    runs.push_back([w, steps] {
       double ms = 0;
-      for (int i = 0; i < o.steps; ++i) ms += sessions[v]->step();
-      t.images_per_sec[v].push_back(static_cast<double>(batch) * o.steps / (ms / 1000.0));
-      if (h.progress) h.progress(++done, total);
-    }
-  return t;
+      for (int i = 0; i < steps; ++i) ms += w->step();
+      return ms / steps;
+    });
+  return runs;
 }
 
-void summarise(Side& side, const std::vector<double>& samples) {
-  side.images_per_sec = samples;
-  side.median = median(samples);
-  side.min = *std::min_element(samples.begin(), samples.end());
-  side.max = *std::max_element(samples.begin(), samples.end());
+measure::Measurement interleave(const std::vector<Workload*>& workloads, const TuneOptions& o, const Hooks& h,
+                                const std::function<bool(const measure::Measurement&)>& settled = {}, int rounds = 0) {
+  measure::Options m;
+  m.warmup = std::max(1, o.warmup);
+  m.rounds = rounds > 0 ? rounds : o.rounds;
+  m.max_rounds = rounds > 0 ? rounds : o.max_rounds;
+  m.progress = h.progress;
+  return measure::interleave(runs_of(workloads, o.steps), m, settled);
+}
+
+// Variant k's gain over variant k − 1: their step-time ratio − 1, paired round by round.
+std::pair<double, measure::Interval> gain_of(const measure::Measurement& m, size_t k) {
+  const measure::Ratio r = measure::ratio(m, k - 1, k);
+  return {r.estimate - 1, {r.ci.lo - 1, r.ci.hi - 1}};
+}
+
+void fill(Side& side, const measure::Series& s, int64_t samples_per_step) {
+  side.step_ms = s;
+  const double per_s = 1000.0 * static_cast<double>(samples_per_step);
+  side.images_per_sec = per_s / s.median;
+  side.images_per_sec_ci = {per_s / s.ci.hi, per_s / std::max(0.0, s.ci.lo)};
+}
+
+const measure::Machine& busier(const measure::Machine& a, const measure::Machine& b) {
+  return b.others_share > a.others_share ? b : a;
+}
+
+std::string percent_interval(double gain, const measure::Interval& ci) {
+  return fmt::format("{:+.1f}% [{:+.1f}%, {:+.1f}%]", 100 * gain, 100 * ci.lo, 100 * ci.hi);
+}
+
+// The analysis' saving for the rule's finding, per step, as a gain of the measured step time.
+void set_estimate(Replacement& r, const analyze::Analysis& a, double step_ms) {
+  const analyze::Finding* f = nullptr;
+  for (const auto& x : a.findings)
+    if (x.rule == r.rule) f = &x;
+  if (f == nullptr || f->est_saving_us <= 0 || step_ms <= 0) return;
+  const double saved_ms = f->est_saving_us / 1000 / std::max<int64_t>(1, a.trace.steps);
+  if (saved_ms >= step_ms) return;
+  r.has_estimate = true;
+  r.estimated_gain = step_ms / (step_ms - saved_ms) - 1;
+  r.estimate_disagrees = r.estimated_gain < r.gain_ci.lo || r.estimated_gain > r.gain_ci.hi;
+}
+
+void judge(Replacement& r, const TuneOptions& o) {
+  r.decision = decide(r.gain_ci, o.min_gain);
+  r.kept = r.decision == Decision::kept || (r.decision == Decision::inconclusive && o.keep_inconclusive);
+  const std::string measured = percent_interval(r.gain, r.gain_ci);
+  if (r.decision == Decision::rolled_back)
+    r.why = fmt::format("gain {} is below --min-gain {:.1f}%", measured, 100 * o.min_gain);
+  else if (r.decision == Decision::inconclusive)
+    r.why = fmt::format("gain {} after {} rounds straddles --min-gain {:.1f}%{}", measured, r.rounds,
+                        100 * o.min_gain, r.kept ? " (kept: --keep-inconclusive)" : "; not kept without --keep-inconclusive");
 }
 
 // The rule's finding in an analysis, or null when the trace no longer has its chains.
@@ -189,9 +231,26 @@ std::vector<RuleTime> rule_times(const TuneResult& r, const TuneOptions& o) {
 
 }  // namespace
 
+const char* decision_name(Decision d) {
+  switch (d) {
+    case Decision::kept: return "kept";
+    case Decision::rolled_back: return "rolled back";
+    case Decision::inconclusive: return "inconclusive";
+  }
+  return "";
+}
+
+Decision decide(const measure::Interval& gain, double min_gain) {
+  if (min_gain <= -1 || gain.lo >= min_gain) return Decision::kept;
+  if (gain.hi < min_gain) return Decision::rolled_back;
+  return Decision::inconclusive;
+}
+
 void validate_loop(const TuneOptions& o) {
   if (o.steps < 1) throw std::invalid_argument("--steps must be at least 1");
   if (o.rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
+  if (o.max_rounds != 0 && o.max_rounds < o.rounds)
+    throw std::invalid_argument(fmt::format("--max-rounds {} is below --rounds {} (0 runs --rounds only)", o.max_rounds, o.rounds));
   if (o.warmup < 0) throw std::invalid_argument("--warmup must not be negative");
   if (o.profile_steps < 1) throw std::invalid_argument("--profile-steps must be at least 1");
   if (!(o.min_gain >= -1)) throw std::invalid_argument("--min-gain must be at least -1 (which keeps every verified rewrite)");
@@ -235,6 +294,8 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
   result.steps = o.steps;
   result.rounds = o.rounds;
   result.threads = at::get_num_threads();
+  result.environment = measure::environment();
+  for (const auto& w : result.environment.warnings) warn(h, w);
 
   say(h, "baseline: warming up and profiling");
   const std::shared_ptr<Workload> base = pristine.clone();
@@ -271,6 +332,10 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
   }
   result.any_verified = !verified_index.empty();
   if (!result.any_verified) {
+    say(h, "measure: the baseline alone (nothing verified)");
+    const measure::Measurement timing = interleave({base.get()}, o, h);
+    result.machine = timing.machine;
+    fill(result.baseline, timing.variants.front(), result.batch_size);
     result.tuned = result.baseline;
     return result;
   }
@@ -286,34 +351,45 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
   }
   std::vector<Workload*> order;
   for (auto& v : variants) order.push_back(v.get());
-  const Timing timing = alternate(order, o, result.batch_size, h);
-  std::vector<double> medians;
-  for (const auto& samples : timing.images_per_sec) medians.push_back(median(samples));
+  const auto settled = [&o](const measure::Measurement& m) {
+    for (size_t k = 1; k < m.variants.size(); ++k)
+      if (decide(gain_of(m, k).second, o.min_gain) == Decision::inconclusive) return false;
+    return true;
+  };
+  const measure::Measurement timing = interleave(order, o, h, settled);
+  result.machine = timing.machine;
   std::shared_ptr<Workload> tuned_model = pristine.clone();
   bool all_kept = true;
   for (size_t k = 0; k < verified_index.size(); ++k) {
     Replacement& r = result.replacements[verified_index[k]];
     r.measured = true;
-    r.gain = medians[k + 1] / medians[k] - 1;
-    r.kept = r.gain >= o.min_gain;
+    r.rounds = timing.rounds;
+    std::tie(r.gain, r.gain_ci) = gain_of(timing, k + 1);
+    judge(r, o);
+    set_estimate(r, result.baseline.analysis, timing.variants.front().median);
     if (r.kept) rewrites[verified_index[k]].apply(*tuned_model);
-    else r.why = fmt::format("gain {:+.1f}% is below --min-gain {:.1f}%", 100 * r.gain, 100 * o.min_gain);
     all_kept = all_kept && r.kept;
   }
-  summarise(result.baseline, timing.images_per_sec.front());
 
-  // With every rewrite kept, the last variant is the tuned model; otherwise time the kept set.
+  // With every rewrite kept, the last variant is the tuned model; otherwise the kept set is timed
+  // against a fresh baseline, as many rounds as above: a workload that has trained longer on its
+  // fixed batches can run at another speed (tiny gradients turn denormal), so neither side may
+  // have run more steps than the other.
   std::shared_ptr<Workload> tuned = variants.back();
-  if (all_kept) {
-    summarise(result.tuned, timing.images_per_sec.back());
-  } else {
+  measure::Measurement final_timing = timing;
+  if (!all_kept) {
     say(h, "measure: baseline and the kept rewrites alternating");
     tuned = tuned_model->clone();
-    const Timing final_timing = alternate({variants.front().get(), tuned.get()}, o, result.batch_size, h);
-    summarise(result.baseline, final_timing.images_per_sec[0]);
-    summarise(result.tuned, final_timing.images_per_sec[1]);
+    const std::shared_ptr<Workload> fresh_baseline = pristine.clone();
+    final_timing = interleave({fresh_baseline.get(), tuned.get()}, o, h, {}, timing.rounds);
+    result.machine = busier(result.machine, final_timing.machine);
   }
-  result.speedup = result.tuned.median / result.baseline.median;
+  fill(result.baseline, final_timing.variants.front(), result.batch_size);
+  fill(result.tuned, final_timing.variants.back(), result.batch_size);
+  const measure::Ratio speedup = measure::ratio(final_timing, 0, final_timing.variants.size() - 1);
+  result.speedup = speedup.estimate;
+  result.speedup_ci = speedup.ci;
+  if (result.machine.busy) warn(h, result.machine.warning);
   result.tuned.variant = tuned->describe();
 
   say(h, "tuned: profiling");

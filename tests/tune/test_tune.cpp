@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <unistd.h>
 
@@ -35,6 +36,17 @@ const analyze::Rule& rule(const std::vector<analyze::Rule>& rules, const std::st
   for (const auto& r : rules)
     if (r.name == name) return r;
   throw std::runtime_error("no rule " + name);
+}
+
+TEST(Decide, KeepsOnlyWhatTheIntervalSupports) {
+  EXPECT_EQ(decide({0.03, 0.08}, 0.02), Decision::kept);
+  EXPECT_EQ(decide({0.02, 0.08}, 0.02), Decision::kept);
+  EXPECT_EQ(decide({-0.04, 0.01}, 0.02), Decision::rolled_back);
+  EXPECT_EQ(decide({0.01, 0.05}, 0.02), Decision::inconclusive);
+  EXPECT_EQ(decide({-0.5, 0.5}, -1), Decision::kept);  // -1 keeps every verified rewrite
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(decide({-1, inf}, 0.02), Decision::inconclusive);  // one round: nothing is known
+  EXPECT_STREQ(decision_name(Decision::rolled_back), "rolled back");
 }
 
 TEST(Verify, AnUnchangedModelHasNoError) {
