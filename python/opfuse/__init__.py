@@ -22,7 +22,7 @@ _C = _native.load(__path__)
 from . import functional, nn  # noqa: E402
 from .workload import make as _make_workload  # noqa: E402
 
-__all__ = ["tune", "patch", "profile", "analyze", "TuneResult", "Analysis", "functional", "nn"]
+__all__ = ["tune", "patch", "profile", "analyze", "environment", "TuneResult", "Analysis", "functional", "nn"]
 __version__ = "0.1.0"
 
 PythonWorkload = _make_workload(_C)
@@ -169,6 +169,13 @@ class _Progress:
 
 # ---- the API ----------------------------------------------------------------------------------
 
+def environment():
+    """What measured figures depend on, as torch runs in this process: {"blas", "reference_blas",
+    "threads", "cores", "cpu_capability", "torch", "warnings"}. A reference BLAS (matmuls ~40x
+    slower than OpenBLAS) or fewer threads than cores are named in "warnings" with the fix."""
+    return json.loads(_C.environment())
+
+
 def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules=False, out=None, force=False,
          min_gain=0.02, steps=3, rounds=5, max_rounds=20, keep_inconclusive=False, warmup=2, profile_steps=2, seed=0,
          threads=0, measure_ops=True, quiet=False):
@@ -186,15 +193,15 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
                holds an earlier run, unless force); default: a temporary folder
     threads:   intra-op threads (0: as torch is set)
     """
-    inputs = _as_inputs(inputs)
-    pristine_model = _copy_of(model)
-    _check_runs(pristine_model, inputs, loss_fn)
-    rule_list = _rules(rules, not no_default_rules)
     for name, value in (("steps", steps), ("rounds", rounds), ("profile_steps", profile_steps)):
         if value < 1:
             raise ValueError(f"{name} must be at least 1")
     if max_rounds and max_rounds < rounds:
         raise ValueError(f"max_rounds {max_rounds} is below rounds {rounds} (0 runs `rounds` only)")
+    inputs = _as_inputs(inputs)
+    pristine_model = _copy_of(model)
+    _check_runs(pristine_model, inputs, loss_fn)
+    rule_list = _rules(rules, not no_default_rules)
     if out is None:
         import tempfile
         folder = tempfile.mkdtemp(prefix="opfuse-")

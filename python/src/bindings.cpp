@@ -16,6 +16,7 @@
 #include "opfuse/analyze.h"
 #include "opfuse/ops.h"
 #include "opfuse/profile.h"
+#include "opfuse/measure.h"
 #include "opfuse/report.h"
 #include "opfuse/report_html.h"
 #include "opfuse/trace.h"
@@ -245,6 +246,8 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("tune", &tune_workload, py::arg("workload"), py::arg("rules"), py::arg("options"), py::arg("on_stage") = py::none(),
         py::arg("on_progress") = py::none());
+  m.def("environment", [] { return opfuse::report::environment_json(opfuse::measure::environment()).dump(); },
+        "what measured figures depend on (BLAS, threads, CPU path, LibTorch) as JSON");
   m.def("analyze", &analyze_paths, py::arg("paths"), py::arg("rules"), py::arg("measure") = false, py::arg("top") = 15);
 
   py::class_<opfuse::profile::Profiler>(m, "Profiler")

@@ -28,6 +28,7 @@ constexpr std::string_view kPage = R"page(<!doctype html>
   h3 { font-size: 14px; margin: 16px 0 6px; }
   p.note, .muted { color: var(--muted); }
   p.note { margin: 0 0 8px; }
+  p.warning { margin: 0 0 8px; color: var(--worse); font-weight: 600; }
   code, .path { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; }
   .meta { display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr)); gap: 10px 18px; margin-top: 14px; }
   .meta div { border-left: 3px solid var(--line); padding-left: 8px; }
@@ -251,31 +252,52 @@ constexpr std::string_view kPage = R"page(<!doctype html>
       ...changeList("Findings that appeared", list(diff.findings_appeared)));
   }
 
-  // opfuse tune's result: images/s and the replacements, with their verification and gain.
+  // "+3.1% [+1.0%, +5.2%]" from a ratio − 1 and its interval (null ends: unbounded).
+  const signedPct = (x) => (isNum(x) ? `${x >= 0 ? "+" : ""}${(x * 100).toFixed(1)}%` : "?");
+  function gainText(g, ci) {
+    return isNum(g) ? `${signedPct(g)} [${signedPct(list(ci)[0])}, ${signedPct(list(ci)[1])}]` : "–";
+  }
+
+  // opfuse tune's result: step time and images/s (derived from it) with their intervals, the
+  // measurement's conditions, and the replacements with their verification, gain and decision.
   function renderTune(t) {
     const s = section("Tune: baseline → tuned", `${str(t.model)}, batch ${count(t.batch_size)}, ` +
-      `${count(t.rounds)} rounds of ${count(t.steps)} steps alternating, median images/s.`);
+      `rounds of ${count(t.steps)} steps interleaved (${count(t.rounds)} or more while a gain is unclear); ` +
+      "changes from paired rounds with 95% intervals.");
     s.id = "tune";
     const b = t.baseline || {}, a = t.tuned || {};
-    const pct = isNum(t.speedup) ? ((t.speedup - 1) * 100).toFixed(1) : "–";
+    const speedup = isNum(t.speedup) ? t.speedup - 1 : null;
+    const sci = list(t.speedup_ci).map((x) => (isNum(x) ? x - 1 : null));
     s.append(el("p", { class: "step" }, `images/s ${fixed(b.images_per_sec, 1)} → ${fixed(a.images_per_sec, 1)} `,
-      el("span", { class: t.speedup >= 1 ? "better" : "worse" }, `(${t.speedup >= 1 ? "+" : ""}${pct}%)`)));
-    s.append(groupedChart([{ label: "images/s", before: b.images_per_sec, after: a.images_per_sec, calls: "median" }],
-      (v) => `${fixed(v, 1)} images/s`));
-    const rows = [["ops per step", count(b.ops_per_step), count(a.ops_per_step)]];
+      el("span", { class: t.speedup >= 1 ? "better" : "worse" }, `(${gainText(speedup, sci)})`)));
+    const env = t.environment || {}, machine = t.machine || {};
+    s.append(el("p", { class: "note" }, `BLAS ${str(env.blas)}; ${count(env.threads)} threads on ${count(env.cores)} cores; ` +
+      `cpu path ${str(env.cpu_capability)}; LibTorch ${str(env.torch)}. Others used ` +
+      `${isNum(machine.busy_share_of_others) ? (machine.busy_share_of_others * 100).toFixed(0) : "?"}% of the machine while measuring.`));
+    list(env.warnings).concat(machine.warning ? [machine.warning] : []).forEach((w) =>
+      s.append(el("p", { class: "warning" }, `warning: ${str(w)}`)));
+    s.append(groupedChart([{ label: "step time", before: b.step_ms, after: a.step_ms, calls: "median" }],
+      (v) => `${fixed(v, 2)} ms per step`));
+    const range = (ci) => `[${list(ci).map((x) => fixed(x, 2)).join(", ")}]`;
+    const rows = [["step time, ms (median)", `${fixed(b.step_ms, 2)} ${range(b.step_ms_ci)}`, `${fixed(a.step_ms, 2)} ${range(a.step_ms_ci)}`],
+      ["images/s (from step time)", fixed(b.images_per_sec, 1), fixed(a.images_per_sec, 1)],
+      ["ops per step", count(b.ops_per_step), count(a.ops_per_step)]];
     list(t.rule_times).forEach((r) => {
       rows.push([`${str(r.rule)} small ops per step`, count(r.ops_per_step_before), count(r.ops_per_step_after)]);
-      rows.push([`time under ${str(r.rule)} per step (ms)`, ms(r.us_per_step_before), ms(r.us_per_step_after)]);
+      rows.push([`time under ${str(r.rule)} per step (ms, profiled)`, ms(r.us_per_step_before), ms(r.us_per_step_after)]);
     });
     s.append(table([{ title: "" }, { title: "baseline", num: true }, { title: "tuned", num: true }],
       rows.map((cells) => ({ cells }))));
     const reps = list(t.replacements).map((r) => ({
-      attrs: { class: "replacement", "data-rule": str(r.rule), "data-kept": String(!!r.kept) },
+      attrs: { class: "replacement", "data-rule": str(r.rule), "data-kept": String(!!r.kept), "data-decision": str(r.decision) },
       cells: [str(r.rule), str(r.rewrite), r.verified ? "yes" : "no", isNum(r.max_rel_error) ? r.max_rel_error.toExponential(1) : "–",
-        isNum(r.gain) ? `${(r.gain * 100).toFixed(1)}%` : "–", r.kept ? "kept" : "rolled back", str(r.why)],
+        gainText(r.gain, r.gain_ci), isNum(r.rounds) && r.measured ? count(r.rounds) : "–",
+        r.measured ? str(r.decision) : r.kept ? "kept" : "rolled back",
+        str(r.why) + (r.estimate_disagrees ? ` (the analysis estimated ${signedPct(r.estimated_gain)})` : "")],
     }));
     s.append(el("h3", {}, "Replacements"), table([{ title: "rule" }, { title: "rewrite" }, { title: "verified" },
-      { title: "max rel error", num: true }, { title: "gain", num: true }, { title: "result" }, { title: "why" }], reps));
+      { title: "max rel error", num: true }, { title: "gain [95% CI]", num: true }, { title: "rounds", num: true },
+      { title: "result" }, { title: "why" }], reps));
   }
 
   const trace = data.trace || {};

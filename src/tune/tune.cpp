@@ -246,7 +246,10 @@ Decision decide(const measure::Interval& gain, double min_gain) {
   return Decision::inconclusive;
 }
 
-void validate_loop(const TuneOptions& o) {
+namespace {
+
+// The loop's numbers, checked before any folder is made or model built.
+void validate_measurement(const TuneOptions& o) {
   if (o.steps < 1) throw std::invalid_argument("--steps must be at least 1");
   if (o.rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
   if (o.max_rounds != 0 && o.max_rounds < o.rounds)
@@ -254,11 +257,18 @@ void validate_loop(const TuneOptions& o) {
   if (o.warmup < 0) throw std::invalid_argument("--warmup must not be negative");
   if (o.profile_steps < 1) throw std::invalid_argument("--profile-steps must be at least 1");
   if (!(o.min_gain >= -1)) throw std::invalid_argument("--min-gain must be at least -1 (which keeps every verified rewrite)");
+}
+
+}  // namespace
+
+void validate_loop(const TuneOptions& o) {
+  validate_measurement(o);
   if (o.out_dir.empty() || !std::filesystem::is_directory(o.out_dir))
     throw std::invalid_argument(fmt::format("{}: the output folder does not exist", o.out_dir));
 }
 
 void validate(const TuneOptions& o) {
+  validate_measurement(o);
   if (o.image_size < 32) throw std::invalid_argument(fmt::format("--image-size {} is below the minimum of 32", o.image_size));
   if (o.batch_size < 1) throw std::invalid_argument("--batch-size must be at least 1");
   if (o.loss != "ce" && o.loss != "mse") throw std::invalid_argument(fmt::format("unknown loss '{}' (ce or mse)", o.loss));

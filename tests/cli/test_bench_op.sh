@@ -15,12 +15,27 @@ for op in silu swish se_gate batch_norm_silu drop_connect_add; do
   /usr/bin/python3 - "$tmp/$op.json" "$op" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-for key in ("op", "numel", "threads", "ms", "speedup_vs_reference", "speedup_vs_aten", "opfuse_gbps", "copy_gbps"):
+for key in ("op", "numel", "threads", "rounds", "ms", "variants", "speedup_vs_reference", "speedup_vs_reference_ci",
+            "speedup_vs_aten", "speedup_vs_aten_ci", "opfuse_gbps", "copy_gbps", "machine", "environment"):
     assert key in r, key
-assert r["op"] == sys.argv[2] and r["threads"] == 1
+assert r["op"] == sys.argv[2] and r["threads"] == 1 and r["rounds"] == 3
 assert set(r["ms"]) == {"reference", "aten", "opfuse"} and all(v > 0 for v in r["ms"].values())
+for v in r["variants"]:
+    assert len(v["ms_rounds"]) == 3 and v["spread"] >= 1 and v["ms_ci"][0] <= v["ms"] <= v["ms_ci"][1], v
+lo, hi = r["speedup_vs_aten_ci"]
+assert lo <= r["speedup_vs_aten"] <= hi
+assert r["environment"]["threads"] == 1 and r["environment"]["blas"]
 PY
 done
+
+# The reference BLAS is named and warned about, with the fix (when Debian's libblas3 is there to load).
+if [ -e /usr/lib/x86_64-linux-gnu/blas/libblas.so.3 ]; then
+  LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/blas "$opfuse" bench-op silu --numel 1000 --rounds 1 \
+    --json "$tmp/reference.json" > "$tmp/reference.txt"
+  grep -q "^warning: torch's matmuls run on the reference BLAS.*libopenblas0-openmp" "$tmp/reference.txt"
+  /usr/bin/python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['environment']; assert e['reference_blas'] and e['warnings'], e" "$tmp/reference.json"
+fi
+/usr/bin/python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['environment']; assert not e['reference_blas'], e" "$tmp/silu.json"
 
 expect_usage_error bench-op gelu
 expect_usage_error bench-op silu --numel 0

@@ -18,7 +18,7 @@ grep -q "^Step: \[3/3\]" "$tmp/train.txt"
 import json, sys
 r = json.load(open(sys.argv[1]))
 for key in ("model", "parameters", "swish", "image_size", "batch_size", "steps", "images_per_sec",
-            "step_ms_median", "loss_first", "loss_last", "peak_rss_mb"):
+            "step_ms_median", "loss_first", "loss_last", "peak_rss_mb", "environment"):
     assert key in r, key
 assert r["model"] == "efficientnet-b0" and r["swish"] == "fused" and r["steps"] == 2
 assert r["bn_swish"] == "fused" and r["drop_connect"] == "fused"
@@ -32,9 +32,18 @@ grep -q "profile .*trace.json.gz (.* events, 1 steps, .* ms per step: [-+][0-9]*
 gzip -t "$tmp/trace.json.gz"
 
 "$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 \
-  --compare memory-efficient,fused,opfuse-all --rounds 2 > "$tmp/compare.txt"
+  --compare memory-efficient,fused,opfuse-all --rounds 2 --json "$tmp/compare.json" > "$tmp/compare.txt"
 grep -q "vs memory-efficient" "$tmp/compare.txt"
 grep -q "opfuse-all" "$tmp/compare.txt"
+/usr/bin/python3 - "$tmp/compare.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["rounds"] == 2 and r["baseline"] == "memory-efficient" and "environment" in r and "machine" in r
+for v in r["variants"]:
+    assert len(v["step_ms_rounds"]) == 2 and v["images_per_sec"] > 0, v
+    assert abs(v["images_per_sec"] - 1000 * r["batch_size"] / v["step_ms"]) < 1e-6 * v["images_per_sec"], v
+assert r["variants"][0]["speedup"] == 1
+PY
 
 expect_usage_error train --model efficientnet-b9
 expect_usage_error train --image-size 31

@@ -18,7 +18,8 @@ expect_usage_error tune --model nosuch-net
 expect_usage_error tune --model "$tmp/missing.pt" --input-shape 2,3,32,32
 expect_usage_error tune --image-size 16
 expect_usage_error rewrite "$data/rules/wrong_silu.yaml" "$tmp/x.pt" --input-shape 2,3,32,32
-tiny="--image-size 32 --batch-size 2 --num-classes 10 --steps 1 --rounds 2 --warmup 1 --profile-steps 1 --min-gain -1 --threads 1"
+small="--image-size 32 --batch-size 2 --num-classes 10 --steps 1 --warmup 1 --profile-steps 1 --threads 1"
+tiny="$small --rounds 2 --min-gain -1"
 
 # An earlier run's folder is left alone: this run goes to run-2.
 mkdir "$tmp/run" && echo '{}' > "$tmp/run/report.json"
@@ -27,7 +28,8 @@ mkdir "$tmp/run" && echo '{}' > "$tmp/run/report.json"
 for f in report.json report.html baseline.trace.json tuned.trace.json tuned.pt tuned.json; do
   [ -s "$tmp/run-2/$f" ] || { echo "missing run-2/$f"; exit 1; }
 done
-grep -q "images/s (median)" "$tmp/tune.txt"
+grep -q "images/s (from step time)" "$tmp/tune.txt"
+grep -q "^environment: BLAS " "$tmp/tune.txt"
 "$python" - "$tmp/run-2/report.json" "$tmp/tune.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -35,16 +37,44 @@ assert r == json.load(open(sys.argv[2]))
 for key in ("model", "baseline", "tuned", "speedup", "replacements", "rejected"):
     assert key in r, key
 for side in ("baseline", "tuned"):
-    assert r[side]["images_per_sec"] > 0 and r[side]["ops_per_step"] > 0, side
+    s = r[side]
+    assert s["images_per_sec"] > 0 and s["ops_per_step"] > 0, side
+    # images/s is derived from the step time, never measured apart
+    assert abs(s["images_per_sec"] - 1000 * r["batch_size"] / s["step_ms"]) < 1e-6 * s["images_per_sec"], s
+    assert len(s["step_ms_rounds"]) >= r["rounds"] and len(s["step_ms_ci"]) == 2, s
+lo, hi = r["speedup_ci"]
+assert lo <= r["speedup"] <= hi, (lo, r["speedup"], hi)
+for key in ("busy_share_of_others", "busy", "warning", "cores"):
+    assert key in r["machine"], key
+for key in ("blas", "reference_blas", "threads", "cpu_capability", "torch", "warnings"):
+    assert key in r["environment"], key
+assert r["environment"]["threads"] == 1
 silu = [x for x in r["replacements"] if x["rule"] == "silu"][0]
-for key in ("rule", "rewrite", "verified", "max_rel_error", "kept"):
+for key in ("rule", "rewrite", "verified", "max_rel_error", "gain", "gain_ci", "rounds", "decision",
+            "estimated_gain", "estimate_disagrees", "kept"):
     assert key in silu, key
+assert silu["decision"] == "kept" and silu["rounds"] >= 2, silu
 assert silu["verified"] and silu["kept"], silu
 times = {t["rule"]: t for t in r["rule_times"]}
 assert times["silu"]["ops_per_step_before"] > 0 and times["silu"]["ops_per_step_after"] == 0, times
 assert r["tuned"]["ops_per_step"] < r["baseline"]["ops_per_step"]
 PY
 grep -q '"tune"' "$tmp/run-2/report.html"
+
+# Decisions follow the interval: nothing gains 500%, so every measured replacement is rolled back
+# (its interval lies below), none is inconclusive, and the rounds stop at --rounds.
+"$opfuse" tune $small --min-gain 5 --rounds 3 --max-rounds 6 --out "$tmp/high" > "$tmp/high.txt"
+"$python" - "$tmp/high/report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+measured = [x for x in r["replacements"] if x["measured"]]
+assert measured, r["replacements"]
+for x in measured:
+    assert x["decision"] == "rolled back" and not x["kept"] and x["gain_ci"][1] < 5, x
+    assert x["rounds"] == 3 and "below --min-gain" in x["why"], x
+PY
+expect_usage_error tune $small --rounds 5 --max-rounds 3 --out "$tmp/bad-rounds"
+[ ! -e "$tmp/bad-rounds" ]
 
 # A TorchScript model from Python: rewrite, check in Python, tune.
 "$python" "$here/../python/tiny_effnet.py" "$tmp/net.pt"

@@ -172,6 +172,33 @@ def test_llama_runs_end_to_end_with_module_paths(tmp_path):
     rms = next(f for f in a.findings if f["rule"] == "rms_norm")
     wheres = [l["location"] for l in rms["locations"]]
     assert any(w.startswith("layers.0.") and w.endswith("_norm") for w in wheres), wheres
+    # Nothing verified, yet the baseline is measured: the report never says 0 images/s.
+    assert result.baseline["step_ms"] > 0 and result.baseline["images_per_sec"] > 0
+
+
+def test_the_measurement_carries_intervals_decisions_and_its_conditions(tmp_path):
+    model, inputs, loss = tiny_effnet()
+    result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "m"), **dict(QUICK, rounds=2))
+    lo, hi = result.speedup_ci
+    assert lo <= result.speedup <= hi
+    for r in result.replacements:
+        if r.measured:
+            assert r.decision == "kept" and r.rounds == 2 and len(r.gain_ci) == 2, r  # min_gain -1 keeps all
+    env = result.environment
+    assert env == opfuse.environment()
+    assert env["threads"] == torch.get_num_threads() and env["blas"] and not env["reference_blas"]
+    assert set(result.machine) >= {"busy", "busy_share_of_others", "warning"}
+    # An interval that cannot hold is refused before any work.
+    with pytest.raises(ValueError, match="max_rounds"):
+        opfuse.tune(model, inputs, loss, out=str(tmp_path / "n"), **dict(QUICK, rounds=3, max_rounds=2))
+    assert not (tmp_path / "n").exists()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs a core torch leaves idle")
+def test_fewer_threads_than_cores_is_a_runtime_warning(tmp_path):
+    model, inputs, loss = tiny_effnet()
+    with pytest.warns(RuntimeWarning, match="intra-op thread"):
+        opfuse.tune(model, inputs, loss, out=str(tmp_path / "w"), **dict(QUICK, threads=1))
 
 
 @pytest.mark.parametrize("case, error, match", [
