@@ -35,6 +35,12 @@ at::Tensor batch_norm_silu(const at::Tensor& x, const at::Tensor& weight, const 
 // drop_connect draws it (a seed gives the same mask). Not training, or p = 0: x + residual.
 at::Tensor drop_connect_add(const at::Tensor& x, const at::Tensor& residual, double p, bool training);
 
+// RMSNorm over the last dimension: x · rsqrt(mean(x², -1) + eps) · weight, weight [x.size(-1)] of
+// x's dtype. Sums in double, bfloat16 computed in float and rounded once (the `x.float() …
+// .type_as(x)` form's numerics, one rounding fewer); one pass forward, one fused pass backward
+// (dx and dweight). Strided x is made contiguous first.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps = 1e-6);
+
 // Path of the shared library holding the operators, for torch.ops.load_library.
 const char* ops_library_path();
 

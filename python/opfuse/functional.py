@@ -46,3 +46,18 @@ def batch_norm_silu(x, bn):
         return torch.ops.opfuse.batch_norm_silu(x, bn.weight, bn.bias, mean, var, training, momentum, bn.eps)
     y = F.batch_norm(x, mean, var, bn.weight, bn.bias, training, momentum, bn.eps)
     return silu(y)
+
+
+def rms_norm(x, weight, eps):
+    """x · rsqrt(mean(x², -1) + eps) · weight, computed in float for bfloat16 x and rounded once.
+    The CPU op takes weight of x's dtype; other combinations keep the composite (and its dtype
+    promotion)."""
+    if x.device.type == "cpu" and weight is not None and weight.dtype == x.dtype and weight.dim() == 1:
+        return torch.ops.opfuse.rms_norm(x, weight, float(eps))
+    return rms_norm_composite(x, weight, eps)
+
+
+def rms_norm_composite(x, weight, eps):
+    """The chain as Llama writes it (in float, rounded back to x's dtype, times weight)."""
+    y = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).type_as(x)
+    return y * weight if weight is not None else y

@@ -8,7 +8,8 @@ class Fused(torch.nn.Module):
     """A replacement keeps the parameters and buffers of the module it replaces."""
 
     @classmethod
-    def from_module(cls, module):
+    def from_module(cls, module, ops=()):
+        """ops: the module's recorded forward chain, for replacements that follow its dtypes."""
         fused = cls()
         for name, p in module.named_parameters(recurse=False):
             fused.register_parameter(name, p)
@@ -27,3 +28,34 @@ class SiLU(Fused):
 
     def forward(self, x):
         return functional.silu(x)
+
+
+class RMSNorm(Fused):
+    """RMSNorm over the last dimension in one fused op forward and one backward (opfuse::rms_norm
+    on the CPU). The epsilon is the replaced module's: `eps` (Meta's Llama, llama2.c),
+    `variance_epsilon` (Hugging Face) or `epsilon`.
+
+    A module that normalises `x.float()` (its chain starts with a cast) computes in float32
+    whatever x's dtype; so does its replacement: float32 and bfloat16 x take the fused op (float
+    arithmetic, one rounding), float64 x the module's own float32 composite, since there is no
+    float64 computation in it to fuse."""
+
+    EPS_NAMES = ("eps", "variance_epsilon", "epsilon")
+
+    @classmethod
+    def from_module(cls, module, ops=()):
+        eps = next((getattr(module, n) for n in cls.EPS_NAMES if isinstance(getattr(module, n, None), float)), None)
+        if eps is None or not isinstance(getattr(module, "weight", None), torch.nn.Parameter):
+            return None
+        fused = super().from_module(module)
+        fused.eps = eps
+        fused.in_float = bool(ops) and ops[0] in ("aten::to", "aten::_to_copy")
+        return fused
+
+    def forward(self, x):
+        if getattr(self, "in_float", False) and x.dtype == torch.float64:
+            return functional.rms_norm_composite(x.float(), None, self.eps).type_as(x) * self.weight
+        return functional.rms_norm(x, self.weight, self.eps)
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, eps={self.eps}, in_float={getattr(self, 'in_float', False)}"

@@ -83,7 +83,10 @@ def swap_modules(model, rule, calls):
     swapped = 0
     for path, module in list(model.named_modules()):
         if path and computes(rule, path, module, calls):
-            set_submodule(model, path, cls.from_module(module))
+            fused = cls.from_module(module, calls[path].ops)
+            if fused is None:  # the module lacks what the fused one needs (an eps, a weight)
+                continue
+            set_submodule(model, path, fused)
             swapped += 1
     return swapped
 

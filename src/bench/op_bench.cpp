@@ -95,8 +95,33 @@ Case drop_connect_add_case(int64_t numel) {
   return c;
 }
 
+// A Llama-like RMSNorm: 4 × 256 tokens of 768 by default, --numel picks the number of tokens.
+// ATen 1.13 has no rms_norm; its nearest single op, layer_norm, is the "aten" variant.
+Case rms_norm_case(int64_t numel) {
+  constexpr int64_t d = 768;
+  constexpr double eps = 1e-5;
+  const int64_t rows = numel == 0 ? 4 * 256 : std::max<int64_t>(1, numel / d);
+  Case c;
+  at::Tensor x = torch::randn({rows, d}).requires_grad_(), w = (torch::rand({d}) + 0.5).requires_grad_();
+  c.leaves = {x, w};
+  c.grad_output = torch::randn({rows, d});
+  c.variants = {
+      {"reference", "(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * w (Llama)",
+       [=] {
+         const at::Tensor xf = x.to(torch::kFloat);
+         return (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps)).type_as(x) * w;
+       }},
+      {"aten", "torch::layer_norm (the nearest single ATen op)",
+       [=] { return torch::layer_norm(x, {d}, w, {}, eps); }},
+      {"opfuse", "opfuse::rms_norm", [=] { return opfuse::rms_norm(x, w, eps); }}};
+  // forward reads x and writes y; backward reads dy and x, writes dx (w and rstd are small)
+  c.bytes_per_step = 5.0 * x.numel() * sizeof(float);
+  return c;
+}
+
 Case make_case(const std::string& op, int64_t numel_option) {
   if (op == "batch_norm_silu") return batch_norm_silu_case(numel_option);
+  if (op == "rms_norm") return rms_norm_case(numel_option);
   if (op == "drop_connect_add") return drop_connect_add_case(numel_option);
   const int64_t numel = numel_option == 0 ? kDefaultNumel : numel_option;
   Case c;
@@ -152,7 +177,8 @@ std::string shape_string(at::IntArrayRef sizes) {
 }  // namespace
 
 const std::vector<std::string>& benchmarked_ops() {
-  static const std::vector<std::string> ops{"silu", "swish", "se_gate", "batch_norm_silu", "drop_connect_add"};
+  static const std::vector<std::string> ops{"silu", "swish", "se_gate", "batch_norm_silu", "drop_connect_add",
+                                            "rms_norm"};
   return ops;
 }
 

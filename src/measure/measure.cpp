@@ -138,7 +138,10 @@ Machine machine_between(const CpuSample& from, const CpuSample& to, int threads)
   const double own = to.own_cpu_s - from.own_cpu_s;
   m.own_share = own / (wall * std::max(1, threads));
   if (from.machine_busy_s < 0 || to.machine_busy_s < 0) return m;
-  const double others = std::max(0.0, to.machine_busy_s - from.machine_busy_s - own);
+  // /proc/stat counts each core in clock ticks: up to a tick per core of it is rounding, which
+  // over a short measurement would read as someone else's load.
+  const double tick = 1.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double others = std::max(0.0, to.machine_busy_s - from.machine_busy_s - own - tick * m.cores);
   m.others_share = std::min(1.0, others / (wall * m.cores));
   m.busy = m.others_share >= kBusyShare;
   if (m.busy)

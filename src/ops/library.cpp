@@ -25,6 +25,11 @@ TORCH_LIBRARY(opfuse, m) {
   m.def("drop_connect_add(Tensor x, Tensor residual, float p, bool training) -> Tensor");
   m.def("drop_connect_add_forward(Tensor x, Tensor residual, float p, bool training) -> (Tensor, Tensor)");
   m.def("drop_connect_add_backward(Tensor grad, Tensor? mask, float p) -> Tensor");
+  // x · rsqrt(mean(x², -1) + eps) · weight over the last dimension; _forward also returns the
+  // per-row rstd (float for bfloat16 x) that _backward takes.
+  m.def("rms_norm(Tensor x, Tensor weight, float eps=1e-6) -> Tensor");
+  m.def("rms_norm_forward(Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)");
+  m.def("rms_norm_backward(Tensor grad, Tensor x, Tensor weight, Tensor rstd) -> (Tensor, Tensor)");
 }
 
 namespace opfuse {

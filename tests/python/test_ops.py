@@ -40,6 +40,20 @@ def test_gradcheck_float64():
     xs = torch.randn(2, 3, 4, 5, dtype=torch.double, requires_grad=True)
     gate = torch.randn(2, 3, 1, 1, dtype=torch.double, requires_grad=True)
     assert torch.autograd.gradcheck(torch.ops.opfuse.se_gate, (xs, gate))
+    h = torch.randn(3, 4, 7, dtype=torch.double, requires_grad=True)
+    w = (torch.rand(7, dtype=torch.double) + 0.5).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: torch.ops.opfuse.rms_norm(a, b, 1e-5), (h, w))
+
+
+def test_rms_norm_bfloat16_is_float_arithmetic_rounded_once():
+    """Llama's `x.float() … .type_as(x) * w` in bfloat16, against float64: the fused op rounds once."""
+    x = (torch.randn(64, 288) * 2).bfloat16()
+    w = (torch.rand(288) + 0.5).bfloat16()
+    y = torch.ops.opfuse.rms_norm(x, w, 1e-5)
+    xd, wd = x.double(), w.double()
+    ref = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-5) * wd
+    assert y.dtype == torch.bfloat16
+    assert torch.all((y.double() - ref).abs() <= 2 ** -8 * ref.abs() + 1e-30)
 
 
 def test_swish_default_beta_is_silu():

@@ -18,6 +18,7 @@ import llama  # noqa: E402
 import opfuse  # noqa: E402
 
 SEED = random.SystemRandom().randrange(1 << 30)
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
 QUICK = dict(steps=1, rounds=1, warmup=0, profile_steps=1, min_gain=-1, quiet=True, measure_ops=False)
 
 
@@ -162,18 +163,36 @@ def test_the_tuned_model_copies_and_pickles_its_state():
     assert torch.allclose(twin(x), model(x))
 
 
-def test_llama_runs_end_to_end_with_module_paths(tmp_path):
+def test_llama_rms_norm_is_replaced_and_verified_with_module_paths(tmp_path):
     model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
     result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "llama"), **QUICK)
-    # opfuse has no transformer ops yet: every finding is listed with why it was not applied.
-    not_applied = {n["rule"]: n["why"] for n in result.not_applied}
-    assert "rms_norm" in not_applied, not_applied
-    a = opfuse.analyze(str(tmp_path / "llama" / "baseline.trace.json"))
-    rms = next(f for f in a.findings if f["rule"] == "rms_norm")
-    wheres = [l["location"] for l in rms["locations"]]
+    rms = next(r for r in result.replacements if r.rule == "rms_norm")
+    assert rms.verified and rms.kept and rms.places == 5, rms  # 2 layers × 2 norms + the final norm
+    norm = result.model.layers[0].attention_norm
+    assert isinstance(norm, opfuse.nn.RMSNorm) and norm.eps == model.layers[0].attention_norm.eps and norm.in_float
+    assert norm.weight is not model.layers[0].attention_norm.weight  # a copy's parameter
+    # The tuned model trains as the original: float32 outputs and gradients within float32 rounding.
+    tokens = inputs[0]
+    ref, got = copy.deepcopy(model), copy.deepcopy(result.model)
+    a, b = ref(tokens), got(tokens)
+    a.float().pow(2).mean().backward()
+    b.float().pow(2).mean().backward()
+    assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    for (n, p), (_, q) in zip(ref.named_parameters(), got.named_parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-3, atol=1e-6), n
+    an = opfuse.analyze(str(tmp_path / "llama" / "baseline.trace.json"))
+    finding = next(f for f in an.findings if f["rule"] == "rms_norm")
+    wheres = [l["location"] for l in finding["locations"]]
     assert any(w.startswith("layers.0.") and w.endswith("_norm") for w in wheres), wheres
-    # Nothing verified, yet the baseline is measured: the report never says 0 images/s.
+
+
+def test_with_nothing_verified_the_baseline_is_still_measured(tmp_path):
+    model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
+    result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "none"), no_default_rules=True,
+                         rules=[os.path.join(DATA, "rules", "wrong_silu.yaml")], **QUICK)
+    assert not any(r.kept for r in result.replacements)
     assert result.baseline["step_ms"] > 0 and result.baseline["images_per_sec"] > 0
+    assert "no replacement verified" in result.text
 
 
 def test_the_measurement_carries_intervals_decisions_and_its_conditions(tmp_path):

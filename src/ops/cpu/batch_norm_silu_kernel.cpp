@@ -17,8 +17,10 @@
 #include <vector>
 
 #include "ops/cpu/capability.h"
+#include "ops/cpu/grain.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/lanes.h"
+#include "ops/cpu/paths.h"
 
 namespace opfuse::cpu {
 namespace {
@@ -41,11 +43,6 @@ Geometry geometry_of(const at::Tensor& x) {
 constexpr int64_t kSegment = 16384;
 int64_t segments_per_plane(const Geometry& g) { return (g.hw + kSegment - 1) / kSegment; }
 int64_t rows_per_block(const Geometry& g) { return std::max<int64_t>(1, kSegment / std::max<int64_t>(1, g.c)); }
-
-// Tasks of at least 32768 elements per thread wake-up (~µs), as the elementwise ops.
-int64_t grain_for(int64_t elements_per_task) {
-  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, elements_per_task));
-}
 
 namespace scalar_path {
 template <typename T>
@@ -71,21 +68,6 @@ using Lanes = Lanes16;
 }  // namespace avx512_path
 #pragma GCC pop_options
 
-// Runs FN<Lanes> ARGS in the namespace of the CPU path in use; float64 takes the scalar path.
-#define OPFUSE_ON_PATH(T, FN, ARGS)                                                        \
-  do {                                                                                     \
-    if constexpr (!std::is_same_v<T, double>) {                                            \
-      if (cpu_capability() == Capability::avx512) {                                        \
-        avx512_path::FN<avx512_path::Lanes<T>> ARGS;                                       \
-        break;                                                                             \
-      }                                                                                    \
-      if (cpu_capability() == Capability::avx2) {                                          \
-        avx2_path::FN<avx2_path::Lanes<T>> ARGS;                                           \
-        break;                                                                             \
-      }                                                                                    \
-    }                                                                                      \
-    scalar_path::FN<scalar_path::Lanes<T>> ARGS;                                           \
-  } while (0)
 
 // A [C] tensor of the accumulation type, copied into an array padded to g.cp.
 template <typename A>

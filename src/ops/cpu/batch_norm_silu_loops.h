@@ -8,6 +8,8 @@
 //   a row        the C channels of one pixel (channels_last, or [N, C]): loaded lane by lane
 // Per-channel arrays are padded to g.cp so a row's last, partial vector stays in bounds.
 
+#include "ops/cpu/partial_vectors.h"
+
 template <typename V, bool kRow>
 struct Sums {
   using F = typename V::F;
@@ -28,24 +30,6 @@ template <typename V, bool kRow>
 typename V::F coef(const typename V::A* c, int64_t j) {
   if constexpr (kRow) return V::load(c + j);
   else return V::set1(*c);
-}
-
-// The last vector of a run may be partial: its missing lanes read `fill`, chosen by the caller
-// so they add nothing to a plane's sums.
-template <typename V, typename T>
-typename V::F load_part(const T* p, int64_t m, typename V::A fill) {
-  if (m == V::kLanes) return V::load(p);
-  T buf[V::kLanes];
-  for (int64_t j = 0; j < V::kLanes; ++j) buf[j] = j < m ? p[j] : T(fill);
-  return V::load(buf);
-}
-
-template <typename V, typename T>
-void store_part(T* p, int64_t m, typename V::F v) {
-  if (m == V::kLanes) return V::store(p, v);
-  T buf[V::kLanes];
-  V::store(buf, v);
-  for (int64_t j = 0; j < m; ++j) p[j] = buf[j];
 }
 
 // Σ(x − k) and Σ(x − k)², k a sample of the channel: shifting by it keeps the variance

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "ops/cpu/capability.h"
+#include "ops/cpu/grain.h"
 #include "ops/cpu/kernels.h"
 
 namespace opfuse::cpu {
@@ -49,8 +50,6 @@ template <typename T, typename A>
 __attribute__((target("avx512f,avx2,fma"))) void backward_avx512(const T* dy, A keep, A m, T* dx, int64_t n) {
   backward_run(dy, keep, m, dx, n);
 }
-
-constexpr int64_t kGrain = 32768;
 
 // Calls run(begin, length, sample) over [0, numel) cut at sample boundaries, in parallel.
 template <typename Run>

@@ -17,13 +17,10 @@
 #include <type_traits>
 
 #include "ops/cpu/capability.h"
+#include "ops/cpu/grain.h"
 #include "ops/cpu/vec_math.h"
 
 namespace opfuse::cpu {
-
-// Elements per task for at::parallel_for: large enough that one chunk outweighs the cost of
-// waking a thread (~µs), small enough to split a 56×56 activation of one sample.
-constexpr int64_t kElementwiseGrain = 32768;
 
 template <typename T, int kInputs, typename Op>
 OPFUSE_AVX2 void apply8(const Op& op, const T* a, const T* b, T* out) {
@@ -104,7 +101,7 @@ void run_elementwise(at::TensorIteratorBase& iter, const Op& op) {
       map_scalar<T, kInputs>(row, strides, size0, op);
     }
   };
-  iter.for_each(loop, kElementwiseGrain);
+  iter.for_each(loop, kGrain);
 }
 
 }  // namespace opfuse::cpu

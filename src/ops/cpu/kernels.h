@@ -48,4 +48,12 @@ void drop_connect_add_forward_kernel(const at::Tensor& x, const at::Tensor& resi
 //   dx = dy · mask[n] / keep
 void drop_connect_add_backward_kernel(const at::Tensor& dy, const at::Tensor& mask, double keep, at::Tensor& dx);
 
+// RMSNorm over rows of x's last dimension d (x, dy, dx contiguous; weight [d], all one dtype):
+//   y = x · rstd · w,  rstd = 1 / sqrt(mean(x²) + eps)   rstd [rows] in the accumulation dtype
+void rms_norm_forward_kernel(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor& y,
+                             at::Tensor& rstd);
+//   dx = rstd·(dy·w − x̂·mean(dy·w·x̂)),  dweight = Σ_rows dy·x̂,  x̂ = x·rstd
+void rms_norm_backward_kernel(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
+                              const at::Tensor& rstd, at::Tensor& dx, at::Tensor& dweight);
+
 }  // namespace opfuse::cpu

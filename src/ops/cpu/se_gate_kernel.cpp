@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ops/cpu/capability.h"
+#include "ops/cpu/grain.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/vec_math.h"
 
@@ -112,12 +113,6 @@ Geometry geometry_of(const at::Tensor& x) {
   const int64_t hw = n * c == 0 ? 0 : x.numel() / (n * c);
   const bool cl = x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast);
   return {n, c, hw, cl};
-}
-
-// Tasks of about kGrain elements each.
-constexpr int64_t kGrain = 32768;
-int64_t grain_for(int64_t elements_per_task) {
-  return std::max<int64_t>(1, kGrain / std::max<int64_t>(1, elements_per_task));
 }
 
 // Channel blocks for the channels_last reduction: enough tasks for every thread even at N = 1.

@@ -1,0 +1,91 @@
+// RMSNorm over the last dimension, forward and fused backward, one pass over x per direction
+// plus the row's sum:
+//   forward   rstd = 1 / sqrt(Σx² / d + eps)           y = x · rstd · w
+//   backward  c = Σ (dy·w)·x                            dx = dy·w·rstd − x·rstd³·c/d
+//             dw = Σ_rows dy · x · rstd                (double partials per row block)
+// Sums are double; bfloat16 rows are computed in float and rounded once, on the store.
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "ops/cpu/capability.h"
+#include "ops/cpu/grain.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/lanes.h"
+#include "ops/cpu/paths.h"
+
+namespace opfuse::cpu {
+namespace {
+
+constexpr int64_t kBlockElements = 16384;
+int64_t rows_per_block(int64_t d) { return std::max<int64_t>(1, kBlockElements / std::max<int64_t>(1, d)); }
+// Per-column partials are padded to whole vectors of the widest path.
+int64_t padded_length(int64_t d) { return (d + 15) / 16 * 16; }
+
+namespace scalar_path {
+template <typename T>
+using Lanes = Lanes1<at::opmath_type<T>>;
+#include "ops/cpu/rms_norm_loops.h"
+}  // namespace scalar_path
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2_path {
+template <typename T>
+using Lanes = Lanes8;
+#include "ops/cpu/rms_norm_loops.h"
+}  // namespace avx2_path
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+namespace avx512_path {
+template <typename T>
+using Lanes = Lanes16;
+#include "ops/cpu/rms_norm_loops.h"
+}  // namespace avx512_path
+#pragma GCC pop_options
+
+template <typename T>
+void forward_impl(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor& y, at::Tensor& rstd) {
+  using A = at::opmath_type<T>;
+  const int64_t d = x.size(-1), rows = d == 0 ? 0 : x.numel() / d;
+  const T *xp = x.data_ptr<T>(), *wp = w.data_ptr<T>();
+  T* yp = y.data_ptr<T>();
+  A* rp = rstd.data_ptr<A>();
+  OPFUSE_ON_PATH(T, forward_all, (xp, wp, rows, d, eps, yp, rp));
+}
+
+template <typename T>
+void backward_impl(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd,
+                   at::Tensor& dx, at::Tensor& dw) {
+  using A = at::opmath_type<T>;
+  const int64_t d = x.size(-1), rows = d == 0 ? 0 : x.numel() / d;
+  const T *dyp = dy.data_ptr<T>(), *xp = x.data_ptr<T>(), *wp = w.data_ptr<T>();
+  const A* rp = rstd.data_ptr<A>();
+  T* dxp = dx.data_ptr<T>();
+  std::vector<double> sums(d);
+  OPFUSE_ON_PATH(T, backward_all, (dyp, xp, wp, rp, rows, d, dxp, sums.data()));
+  T* dwp = dw.data_ptr<T>();
+  for (int64_t j = 0; j < d; ++j) dwp[j] = T(sums[j]);
+}
+
+}  // namespace
+
+void rms_norm_forward_kernel(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor& y,
+                             at::Tensor& rstd) {
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "opfuse::rms_norm",
+                                 [&] { forward_impl<scalar_t>(x, weight, eps, y, rstd); });
+}
+
+void rms_norm_backward_kernel(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
+                              const at::Tensor& rstd, at::Tensor& dx, at::Tensor& dweight) {
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "opfuse::rms_norm_backward",
+                                 [&] { backward_impl<scalar_t>(dy, x, weight, rstd, dx, dweight); });
+}
+
+}  // namespace opfuse::cpu

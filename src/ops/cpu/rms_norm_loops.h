@@ -1,0 +1,81 @@
+// The loops of RMSNorm over rows of d elements, written once against the Lanes interface
+// (lanes.h). No include guard: rms_norm_kernel.cpp includes this once per CPU path, each time in
+// its own namespace and, for the vector paths, under `#pragma GCC target`.
+
+#include "ops/cpu/partial_vectors.h"
+
+// Σ x² over a row, in double.
+template <typename V, typename T>
+double sum_of_squares(const T* x, int64_t d) {
+  typename V::D s1 = V::dzero(), s2 = V::dzero();
+  for (int64_t j = 0; j < d; j += V::kLanes) {
+    const int64_t m = std::min<int64_t>(V::kLanes, d - j);
+    const typename V::F v = load_part<V>(x + j, m, 0);
+    V::accumulate(s1, s2, v, v);
+  }
+  return V::hsum(s2);
+}
+
+// y = x · rstd · w
+template <typename V, typename T>
+void normalize_row(const T* x, const T* w, typename V::A rstd, int64_t d, T* y) {
+  const typename V::F r = V::set1(rstd);
+  for (int64_t j = 0; j < d; j += V::kLanes) {
+    const int64_t m = std::min<int64_t>(V::kLanes, d - j);
+    store_part<V>(y + j, m, load_part<V>(x + j, m, 0) * r * load_part<V>(w + j, m, 0));
+  }
+}
+
+// With g = dy · w and c = Σ g·x:  dx = g · rstd − x · rstd³ · c / d, and into the row block's
+// partial dw: Σ dy · x · rstd (dw_lanes padded to whole vectors; dy_sums takes Σ dy, unused).
+template <typename V, typename T>
+void backward_row(const T* dy, const T* x, const T* w, typename V::A rstd, int64_t d, T* dx, double* dy_sums,
+                  double* dw_sums) {
+  using F = typename V::F;
+  typename V::D s1 = V::dzero(), s2 = V::dzero();
+  for (int64_t j = 0; j < d; j += V::kLanes) {
+    const int64_t m = std::min<int64_t>(V::kLanes, d - j);
+    V::accumulate(s1, s2, load_part<V>(dy + j, m, 0) * load_part<V>(w + j, m, 0), load_part<V>(x + j, m, 0));
+  }
+  using A = typename V::A;
+  const A k = A(double(rstd) * rstd * rstd * V::hsum(s2) / d);
+  const F r = V::set1(rstd), kv = V::set1(k);
+  for (int64_t j = 0; j < d; j += V::kLanes) {
+    const int64_t m = std::min<int64_t>(V::kLanes, d - j);
+    const F g = load_part<V>(dy + j, m, 0), xv = load_part<V>(x + j, m, 0);
+    store_part<V>(dx + j, m, g * load_part<V>(w + j, m, 0) * r - xv * kv);
+    V::accumulate(dy_sums + j, dw_sums + j, g, xv * r);
+  }
+}
+
+// Rows are cut into blocks of about kBlockElements elements; each block is one task and keeps
+// its own dw partials, added in block order: the same bits for any thread count.
+template <typename V, typename T>
+void forward_all(const T* x, const T* w, int64_t rows, int64_t d, double eps, T* y, typename V::A* rstd) {
+  using A = typename V::A;
+  const int64_t per_block = rows_per_block(d), blocks = (rows + per_block - 1) / per_block;
+  at::parallel_for(0, blocks, grain_for(per_block * d), [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b)
+      for (int64_t r = b * per_block; r < std::min(rows, (b + 1) * per_block); ++r) {
+        const A inv = A(1.0 / std::sqrt(sum_of_squares<V>(x + r * d, d) / d + eps));
+        rstd[r] = inv;
+        normalize_row<V>(x + r * d, w, inv, d, y + r * d);
+      }
+  });
+}
+
+template <typename V, typename T>
+void backward_all(const T* dy, const T* x, const T* w, const typename V::A* rstd, int64_t rows, int64_t d, T* dx,
+                  double* dw) {
+  const int64_t per_block = rows_per_block(d), blocks = (rows + per_block - 1) / per_block;
+  const int64_t dp = padded_length(d);
+  std::vector<double> dy_sums(blocks * dp, 0.0), dw_sums(blocks * dp, 0.0);
+  at::parallel_for(0, blocks, grain_for(per_block * d), [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b)
+      for (int64_t r = b * per_block; r < std::min(rows, (b + 1) * per_block); ++r)
+        backward_row<V>(dy + r * d, x + r * d, w, rstd[r], d, dx + r * d, &dy_sums[b * dp], &dw_sums[b * dp]);
+  });
+  std::fill(dw, dw + d, 0.0);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t j = 0; j < d; ++j) dw[j] += dw_sums[b * dp + j];
+}

@@ -1,0 +1,118 @@
+// opfuse::rms_norm: front end, autograd and the C++ API. The loops live in cpu/rms_norm_loops.h.
+#include <ATen/OpMathType.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include "opfuse/ops.h"
+#include "ops/checks.h"
+#include "ops/cpu/kernels.h"
+#include "ops/dispatch.h"
+
+namespace opfuse {
+namespace {
+
+constexpr const char* kOp = "opfuse::rms_norm";
+
+void check_arguments(const at::Tensor& x, const at::Tensor& weight, const char* op) {
+  check_input(x, op, "x");
+  check_input(weight, op, "weight");
+  TORCH_CHECK(x.dim() >= 1, op, ": x must have at least one dimension");
+  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == x.size(-1), op, ": weight must be [", x.size(-1),
+              "] (x's last dimension), got ", weight.sizes());
+  TORCH_CHECK(weight.scalar_type() == x.scalar_type(), op, ": x and weight must have the same dtype, got ",
+              x.scalar_type(), " and ", weight.scalar_type());
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_forward_cpu(const at::Tensor& x_in, const at::Tensor& w_in, double eps) {
+  check_arguments(x_in, w_in, "opfuse::rms_norm_forward");
+  TORCH_CHECK(eps >= 0, kOp, ": eps must not be negative, got ", eps);
+  const at::Tensor x = x_in.contiguous(), w = w_in.contiguous();
+  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+  std::vector<int64_t> rows(x.sizes().begin(), x.sizes().end() - 1);
+  at::Tensor rstd = at::empty(rows, x.options().dtype(at::toOpMathType(x.scalar_type())));
+  cpu::rms_norm_forward_kernel(x, w, eps, y, rstd);
+  return {y, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad, const at::Tensor& x_in,
+                                                         const at::Tensor& w_in, const at::Tensor& rstd) {
+  constexpr const char* op = "opfuse::rms_norm_backward";
+  check_arguments(x_in, w_in, op);
+  check_input(grad, op, "grad");
+  check_same(grad, x_in, op, "grad", "x");
+  TORCH_CHECK(rstd.numel() * std::max<int64_t>(1, x_in.size(-1)) == std::max<int64_t>(1, x_in.numel()) ||
+                  x_in.numel() == 0,
+              op, ": rstd must hold one value per row of x");
+  TORCH_CHECK(rstd.scalar_type() == at::toOpMathType(x_in.scalar_type()), op, ": rstd must be ",
+              at::toOpMathType(x_in.scalar_type()), ", got ", rstd.scalar_type());
+  const at::Tensor x = x_in.contiguous(), w = w_in.contiguous(), dy = grad.contiguous(), r = rstd.contiguous();
+  at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous), dw = at::empty_like(w);
+  cpu::rms_norm_backward_kernel(dy, x, w, r, dx, dw);
+  return {dx, dw};
+}
+
+at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return std::get<0>(rms_norm_forward_cpu(x, weight, eps));
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+auto forward_op() {
+  static auto op = find_op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, double)>(
+      "opfuse::rms_norm_forward");
+  return op;
+}
+
+auto backward_op() {
+  static auto op = find_op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                              const at::Tensor&, const at::Tensor&)>(
+      "opfuse::rms_norm_backward");
+  return op;
+}
+
+auto rms_norm_op() {
+  static auto op = find_op<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("opfuse::rms_norm");
+  return op;
+}
+
+// Saves x, weight and the per-row rstd; x̂ is recomputed in the backward's one pass.
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [y, rstd] = forward_op().call(x, weight, eps);
+    ctx->save_for_backward({x, weight, rstd});
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    const auto saved = ctx->get_saved_variables();
+    auto [dx, dw] = backward_op().call(grads[0], saved[0], saved[1], saved[2]);
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return rms_norm_op().call(x, weight, eps);
+}
+
+}  // namespace opfuse
+
+TORCH_LIBRARY_IMPL(opfuse, CPU, m) {
+  m.impl("rms_norm", &opfuse::rms_norm_cpu);
+  m.impl("rms_norm_forward", &opfuse::rms_norm_forward_cpu);
+  m.impl("rms_norm_backward", &opfuse::rms_norm_backward_cpu);
+}
+
+// The backward has no derivative of its own: double backward raises.
+TORCH_LIBRARY_IMPL(opfuse, Autograd, m) {
+  m.impl("rms_norm", [](const at::Tensor& x, const at::Tensor& weight, double eps) {
+    return opfuse::RmsNormFunction::apply(x, weight, eps);
+  });
+  m.impl("rms_norm_forward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("rms_norm_backward", torch::autograd::autogradNotImplementedFallback());
+}
