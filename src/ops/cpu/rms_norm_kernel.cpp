@@ -2,7 +2,7 @@
 // plus the row's sum:
 //   forward   rstd = 1 / sqrt(Σx² / d + eps)           y = x · rstd · w
 //   backward  c = Σ (dy·w)·x                            dx = dy·w·rstd − x·rstd³·c/d
-//             dw = Σ_rows dy · x · rstd                (double partials per row block)
+//             dw = Σ_rows dy · x · rstd                (partials per 16 rows, then double)
 // Sums are double; bfloat16 rows are computed in float and rounded once, on the store.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -23,6 +23,8 @@ namespace {
 
 constexpr int64_t kBlockElements = 16384;
 int64_t rows_per_block(int64_t d) { return std::max<int64_t>(1, kBlockElements / std::max<int64_t>(1, d)); }
+// dweight's per-block partials: few enough rows that their float sum stays within 16 roundings.
+constexpr int64_t kDwRows = 16;
 // Per-column partials are padded to whole vectors of the widest path.
 int64_t padded_length(int64_t d) { return (d + 15) / 16 * 16; }
 

@@ -27,24 +27,23 @@ void normalize_row(const T* x, const T* w, typename V::A rstd, int64_t d, T* y) 
 }
 
 // With g = dy · w and c = Σ g·x:  dx = g · rstd − x · rstd³ · c / d, and into the row block's
-// partial dw: Σ dy · x · rstd (dw_lanes padded to whole vectors; dy_sums takes Σ dy, unused).
+// partial dw (padded to whole vectors): dy · x · rstd.
 template <typename V, typename T>
-void backward_row(const T* dy, const T* x, const T* w, typename V::A rstd, int64_t d, T* dx, double* dy_sums,
-                  double* dw_sums) {
+void backward_row(const T* dy, const T* x, const T* w, typename V::A rstd, int64_t d, T* dx, typename V::A* dw_part) {
   using F = typename V::F;
+  using A = typename V::A;
   typename V::D s1 = V::dzero(), s2 = V::dzero();
   for (int64_t j = 0; j < d; j += V::kLanes) {
     const int64_t m = std::min<int64_t>(V::kLanes, d - j);
     V::accumulate(s1, s2, load_part<V>(dy + j, m, 0) * load_part<V>(w + j, m, 0), load_part<V>(x + j, m, 0));
   }
-  using A = typename V::A;
   const A k = A(double(rstd) * rstd * rstd * V::hsum(s2) / d);
   const F r = V::set1(rstd), kv = V::set1(k);
   for (int64_t j = 0; j < d; j += V::kLanes) {
     const int64_t m = std::min<int64_t>(V::kLanes, d - j);
     const F g = load_part<V>(dy + j, m, 0), xv = load_part<V>(x + j, m, 0);
     store_part<V>(dx + j, m, g * load_part<V>(w + j, m, 0) * r - xv * kv);
-    V::accumulate(dy_sums + j, dw_sums + j, g, xv * r);
+    V::store(dw_part + j, V::load(dw_part + j) + g * (xv * r));  // missing lanes add 0
   }
 }
 
@@ -64,18 +63,21 @@ void forward_all(const T* x, const T* w, int64_t rows, int64_t d, double eps, T*
   });
 }
 
+// dw's partials are kept per block of at most kDwRows rows in the accumulation type (a float
+// sum of ≤ 16 terms), then the blocks are added in double, in block order.
 template <typename V, typename T>
 void backward_all(const T* dy, const T* x, const T* w, const typename V::A* rstd, int64_t rows, int64_t d, T* dx,
                   double* dw) {
-  const int64_t per_block = rows_per_block(d), blocks = (rows + per_block - 1) / per_block;
+  using A = typename V::A;
+  const int64_t per_block = std::min(kDwRows, rows_per_block(d)), blocks = (rows + per_block - 1) / per_block;
   const int64_t dp = padded_length(d);
-  std::vector<double> dy_sums(blocks * dp, 0.0), dw_sums(blocks * dp, 0.0);
+  std::vector<A> parts(blocks * dp, A(0));
   at::parallel_for(0, blocks, grain_for(per_block * d), [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b)
       for (int64_t r = b * per_block; r < std::min(rows, (b + 1) * per_block); ++r)
-        backward_row<V>(dy + r * d, x + r * d, w, rstd[r], d, dx + r * d, &dy_sums[b * dp], &dw_sums[b * dp]);
+        backward_row<V>(dy + r * d, x + r * d, w, rstd[r], d, dx + r * d, &parts[b * dp]);
   });
   std::fill(dw, dw + d, 0.0);
   for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t j = 0; j < d; ++j) dw[j] += dw_sums[b * dp + j];
+    for (int64_t j = 0; j < d; ++j) dw[j] += double(parts[b * dp + j]);
 }
