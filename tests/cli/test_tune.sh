@@ -62,7 +62,8 @@ PY
 grep -q '"tune"' "$tmp/run-2/report.html"
 
 # Decisions follow the interval: nothing gains 500%, so every measured replacement is rolled back
-# (its interval lies below), none is inconclusive, and the rounds stop at --rounds.
+# (its interval lies below) and none is inconclusive; the rounds stop at --rounds, or at twice
+# that when other processes (a parallel ctest) kept the machine busy.
 "$opfuse" tune $small --min-gain 5 --rounds 3 --max-rounds 6 --out "$tmp/high" > "$tmp/high.txt"
 "$python" - "$tmp/high/report.json" <<'PY'
 import json, sys
@@ -71,7 +72,7 @@ measured = [x for x in r["replacements"] if x["measured"]]
 assert measured, r["replacements"]
 for x in measured:
     assert x["decision"] == "rolled back" and not x["kept"] and x["gain_ci"][1] < 5, x
-    assert x["rounds"] == 3 and "below --min-gain" in x["why"], x
+    assert 3 <= x["rounds"] <= 6 and "below --min-gain" in x["why"], x
 PY
 expect_usage_error tune $small --rounds 5 --max-rounds 3 --out "$tmp/bad-rounds"
 [ ! -e "$tmp/bad-rounds" ]

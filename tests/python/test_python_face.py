@@ -202,7 +202,7 @@ def test_the_measurement_carries_intervals_decisions_and_its_conditions(tmp_path
     assert lo <= result.speedup <= hi
     for r in result.replacements:
         if r.measured:
-            assert r.decision == "kept" and r.rounds == 2 and len(r.gain_ci) == 2, r  # min_gain -1 keeps all
+            assert r.decision == "kept" and r.rounds >= 2 and len(r.gain_ci) == 2, r  # min_gain -1 keeps all
     env = result.environment
     assert env == opfuse.environment()
     assert env["threads"] == torch.get_num_threads() and env["blas"] and not env["reference_blas"]

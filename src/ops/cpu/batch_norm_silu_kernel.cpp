@@ -44,29 +44,8 @@ constexpr int64_t kSegment = 16384;
 int64_t segments_per_plane(const Geometry& g) { return (g.hw + kSegment - 1) / kSegment; }
 int64_t rows_per_block(const Geometry& g) { return std::max<int64_t>(1, kSegment / std::max<int64_t>(1, g.c)); }
 
-namespace scalar_path {
-template <typename T>
-using Lanes = Lanes1<at::opmath_type<T>>;
-#include "ops/cpu/batch_norm_silu_loops.h"
-}  // namespace scalar_path
-
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-namespace avx2_path {
-template <typename T>
-using Lanes = Lanes8;
-#include "ops/cpu/batch_norm_silu_loops.h"
-}  // namespace avx2_path
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma")
-namespace avx512_path {
-template <typename T>
-using Lanes = Lanes16;
-#include "ops/cpu/batch_norm_silu_loops.h"
-}  // namespace avx512_path
-#pragma GCC pop_options
+#define OPFUSE_LOOPS "ops/cpu/batch_norm_silu_loops.h"
+#include "ops/cpu/per_path.h"
 
 
 // A [C] tensor of the accumulation type, copied into an array padded to g.cp.

@@ -1,7 +1,5 @@
-// Choosing the CPU path at run time for a kernel whose loops are compiled once per path: the
-// kernel file includes its loops header in namespaces scalar_path, avx2_path and avx512_path,
-// each defining `template <typename T> using Lanes = …` (lanes.h), the vector ones under
-// `#pragma GCC target`.
+// Choosing the CPU path at run time for a kernel whose loops per_path.h compiled once per path
+// (namespaces scalar_path, avx2_path, avx512_path, each with its Lanes).
 #pragma once
 
 #include <type_traits>

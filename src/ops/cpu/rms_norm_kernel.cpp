@@ -28,29 +28,8 @@ constexpr int64_t kDwRows = 16;
 // Per-column partials are padded to whole vectors of the widest path.
 int64_t padded_length(int64_t d) { return (d + 15) / 16 * 16; }
 
-namespace scalar_path {
-template <typename T>
-using Lanes = Lanes1<at::opmath_type<T>>;
-#include "ops/cpu/rms_norm_loops.h"
-}  // namespace scalar_path
-
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-namespace avx2_path {
-template <typename T>
-using Lanes = Lanes8;
-#include "ops/cpu/rms_norm_loops.h"
-}  // namespace avx2_path
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma")
-namespace avx512_path {
-template <typename T>
-using Lanes = Lanes16;
-#include "ops/cpu/rms_norm_loops.h"
-}  // namespace avx512_path
-#pragma GCC pop_options
+#define OPFUSE_LOOPS "ops/cpu/rms_norm_loops.h"
+#include "ops/cpu/per_path.h"
 
 template <typename T>
 void forward_impl(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor& y, at::Tensor& rstd) {

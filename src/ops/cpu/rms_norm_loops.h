@@ -1,6 +1,5 @@
 // The loops of RMSNorm over rows of d elements, written once against the Lanes interface
-// (lanes.h). No include guard: rms_norm_kernel.cpp includes this once per CPU path, each time in
-// its own namespace and, for the vector paths, under `#pragma GCC target`.
+// (lanes.h). No include guard: rms_norm_kernel.cpp compiles this once per CPU path (per_path.h).
 
 #include "ops/cpu/partial_vectors.h"
 
