@@ -59,4 +59,19 @@ struct ThreadScope {
   int saved;
 };
 
+// A test run on every CPU path this machine has and every supported dtype:
+//   class FooTest : public PathAndDtypeTest {};
+//   INSTANTIATE_TEST_SUITE_P(Ops, FooTest, every_path_and_dtype(), path_and_dtype_name);
+using PathAndDtypeTest = ::testing::TestWithParam<std::tuple<cpu::Capability, at::ScalarType>>;
+
+inline auto every_path_and_dtype() {
+  return ::testing::Combine(::testing::ValuesIn(capabilities()),
+                            ::testing::Values(torch::kFloat, torch::kDouble, torch::kBFloat16));
+}
+
+inline std::string path_and_dtype_name(const ::testing::TestParamInfo<PathAndDtypeTest::ParamType>& info) {
+  const auto [cap, dtype] = info.param;
+  return std::string(cpu::capability_name(cap)) + "_" + c10::toString(dtype);
+}
+
 }  // namespace opfuse::testing

@@ -99,7 +99,7 @@ const std::vector<std::vector<int64_t>>& shapes() {
   return s;
 }
 
-class BatchNormSiluTest : public ::testing::TestWithParam<std::tuple<cpu::Capability, at::ScalarType>> {};
+class BatchNormSiluTest : public PathAndDtypeTest {};
 
 TEST_P(BatchNormSiluTest, MatchesFloat64ReferenceOnFreshRandomData) {
   const auto [cap, dtype] = GetParam();
@@ -128,15 +128,7 @@ TEST_P(BatchNormSiluTest, ChannelsLastAndNonContiguous) {
   check_against_reference(transposed, true, "transposed H, W");
 }
 
-std::string case_name(const ::testing::TestParamInfo<BatchNormSiluTest::ParamType>& info) {
-  const auto [cap, dtype] = info.param;
-  return std::string(cpu::capability_name(cap)) + "_" + c10::toString(dtype);
-}
-
-INSTANTIATE_TEST_SUITE_P(Ops, BatchNormSiluTest,
-                         ::testing::Combine(::testing::ValuesIn(capabilities()),
-                                            ::testing::Values(torch::kFloat, torch::kDouble, torch::kBFloat16)),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, BatchNormSiluTest, every_path_and_dtype(), path_and_dtype_name);
 
 TEST(BatchNormSilu, RunningStatisticsAsTorchBatchNorm) {
   SCOPED_TRACE("seed " + std::to_string(fresh_seed()));

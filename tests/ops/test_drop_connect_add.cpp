@@ -43,7 +43,7 @@ void expect_identical(const at::Tensor& x, double p, bool training, const std::s
     EXPECT_TRUE(torch::equal(fused[i], ref[i])) << what << ": " << names[i] << " differs (mask seed " << seed << ")";
 }
 
-class DropConnectAddTest : public ::testing::TestWithParam<std::tuple<cpu::Capability, at::ScalarType>> {};
+class DropConnectAddTest : public PathAndDtypeTest {};
 
 TEST_P(DropConnectAddTest, SameBitsAsTheReferenceForTheSameSeed) {
   const auto [cap, dtype] = GetParam();
@@ -69,15 +69,7 @@ TEST_P(DropConnectAddTest, ChannelsLastAndNonContiguous) {
   expect_identical(transposed, 0.3, true, "transposed H, W");
 }
 
-std::string case_name(const ::testing::TestParamInfo<DropConnectAddTest::ParamType>& info) {
-  const auto [cap, dtype] = info.param;
-  return std::string(cpu::capability_name(cap)) + "_" + c10::toString(dtype);
-}
-
-INSTANTIATE_TEST_SUITE_P(Ops, DropConnectAddTest,
-                         ::testing::Combine(::testing::ValuesIn(capabilities()),
-                                            ::testing::Values(torch::kFloat, torch::kDouble, torch::kBFloat16)),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, DropConnectAddTest, every_path_and_dtype(), path_and_dtype_name);
 
 TEST(DropConnectAdd, KeepsAboutOneMinusPOfTheSamples) {
   SCOPED_TRACE("seed " + std::to_string(fresh_seed()));

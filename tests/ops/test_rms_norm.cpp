@@ -61,7 +61,7 @@ void check_against_reference(const at::Tensor& x_in, const at::Tensor& w_in, dou
                what + " dweight");
 }
 
-class RmsNormTest : public ::testing::TestWithParam<std::tuple<cpu::Capability, at::ScalarType>> {};
+class RmsNormTest : public PathAndDtypeTest {};
 
 TEST_P(RmsNormTest, MatchesFloat64ReferenceOnFreshRandomData) {
   const auto [cap, dtype] = GetParam();
@@ -89,15 +89,7 @@ TEST_P(RmsNormTest, StridedInputsAndEps) {
   check_against_reference((torch::randn({4, 50}) * 1e-3).to(dtype), torch::ones({50}).to(dtype), 1.0, "eps dominates");
 }
 
-std::string case_name(const ::testing::TestParamInfo<RmsNormTest::ParamType>& info) {
-  const auto [cap, dtype] = info.param;
-  return std::string(cpu::capability_name(cap)) + "_" + c10::toString(dtype);
-}
-
-INSTANTIATE_TEST_SUITE_P(Ops, RmsNormTest,
-                         ::testing::Combine(::testing::ValuesIn(capabilities()),
-                                            ::testing::Values(torch::kFloat, torch::kDouble, torch::kBFloat16)),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, RmsNormTest, every_path_and_dtype(), path_and_dtype_name);
 
 TEST(RmsNorm, VectorPathsAgree) {
   // avx512 runs the same operations 16 lanes wide; only the row sums' order differs.

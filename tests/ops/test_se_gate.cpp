@@ -58,7 +58,7 @@ void check_against_reference(const at::Tensor& x_in, const at::Tensor& gate_in, 
                what + " dgate");
 }
 
-class SeGateTest : public ::testing::TestWithParam<std::tuple<cpu::Capability, at::ScalarType>> {};
+class SeGateTest : public PathAndDtypeTest {};
 
 TEST_P(SeGateTest, MatchesFloat64ReferenceOnFreshRandomData) {
   const auto [cap, dtype] = GetParam();
@@ -102,15 +102,7 @@ TEST(SeGate, SaturatedGatesAndLargeInputs) {
   }
 }
 
-std::string se_gate_case_name(const ::testing::TestParamInfo<SeGateTest::ParamType>& info) {
-  const auto [cap, dtype] = info.param;
-  return std::string(cpu::capability_name(cap)) + "_" + c10::toString(dtype);
-}
-
-INSTANTIATE_TEST_SUITE_P(Ops, SeGateTest,
-                         ::testing::Combine(::testing::ValuesIn(capabilities()),
-                                            ::testing::Values(torch::kFloat, torch::kDouble, torch::kBFloat16)),
-                         se_gate_case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, SeGateTest, every_path_and_dtype(), path_and_dtype_name);
 
 TEST(SeGate, GradientMatchesFiniteDifferencesInFloat64) {
   SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
