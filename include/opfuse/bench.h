@@ -11,7 +11,7 @@
 namespace opfuse::bench {
 
 struct OpBenchOptions {
-  std::string op = "silu";  // silu | swish | se_gate | batch_norm_silu | drop_connect_add | rms_norm
+  std::string op = "silu";  // silu | swish | se_gate | batch_norm_silu | drop_connect_add | rms_norm | swiglu
   // 0: the op's default, 6'400'000 elements, or [16, 96, 56, 56] for batch_norm_silu and
   // drop_connect_add; se_gate and those two take [16, C, 56, 56] of about numel elements.
   int64_t numel = 0;

@@ -41,6 +41,12 @@ at::Tensor drop_connect_add(const at::Tensor& x, const at::Tensor& residual, dou
 // (dx and dweight). Strided x is made contiguous first.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps = 1e-6);
 
+// SwiGLU: silu(gate) · up, one pass forward and one backward (sigmoid recomputed, nothing but
+// the inputs saved); gate and up of one shape and dtype.
+at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
+// The packed form: x [..., 2d] holds gate then up in its last dimension (x.chunk(2, -1)).
+at::Tensor swiglu(const at::Tensor& x);
+
 // Path of the shared library holding the operators, for torch.ops.load_library.
 const char* ops_library_path();
 

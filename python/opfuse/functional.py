@@ -48,6 +48,13 @@ def batch_norm_silu(x, bn):
     return silu(y)
 
 
+def swiglu(gate, up):
+    """silu(gate) · up in one pass forward and one backward (nothing saved but the inputs)."""
+    if gate.device.type == "cpu" and gate.shape == up.shape and gate.dtype == up.dtype:
+        return torch.ops.opfuse.swiglu(gate, up)
+    return F.silu(gate) * up
+
+
 def rms_norm(x, weight, eps):
     """x · rsqrt(mean(x², -1) + eps) · weight, computed in float for bfloat16 x and rounded once.
     The CPU op takes weight of x's dtype; other combinations keep the composite (and its dtype

@@ -119,9 +119,27 @@ Case rms_norm_case(int64_t numel) {
   return c;
 }
 
+// A Llama-like SwiGLU: 4 × 256 tokens of hidden width 2048 by default, --numel picks the size
+// of gate (and of up).
+Case swiglu_case(int64_t numel) {
+  constexpr int64_t d = 2048;
+  const int64_t rows = numel == 0 ? 4 * 256 : std::max<int64_t>(1, numel / d);
+  Case c;
+  at::Tensor g = torch::randn({rows, d}).requires_grad_(), u = torch::randn({rows, d}).requires_grad_();
+  c.leaves = {g, u};
+  c.grad_output = torch::randn({rows, d});
+  c.variants = {{"reference", "gate * sigmoid(gate) * up (autograd)", [=] { return g * torch::sigmoid(g) * u; }},
+                {"aten", "torch::silu(gate) * up", [=] { return torch::silu(g) * u; }},
+                {"opfuse", "opfuse::swiglu", [=] { return opfuse::swiglu(g, u); }}};
+  // forward reads gate and up, writes y; backward reads dy, gate and up, writes dgate and dup
+  c.bytes_per_step = 8.0 * g.numel() * sizeof(float);
+  return c;
+}
+
 Case make_case(const std::string& op, int64_t numel_option) {
   if (op == "batch_norm_silu") return batch_norm_silu_case(numel_option);
   if (op == "rms_norm") return rms_norm_case(numel_option);
+  if (op == "swiglu") return swiglu_case(numel_option);
   if (op == "drop_connect_add") return drop_connect_add_case(numel_option);
   const int64_t numel = numel_option == 0 ? kDefaultNumel : numel_option;
   Case c;
@@ -178,7 +196,7 @@ std::string shape_string(at::IntArrayRef sizes) {
 
 const std::vector<std::string>& benchmarked_ops() {
   static const std::vector<std::string> ops{"silu", "swish", "se_gate", "batch_norm_silu", "drop_connect_add",
-                                            "rms_norm"};
+                                            "rms_norm", "swiglu"};
   return ops;
 }
 

@@ -22,13 +22,13 @@ struct BenchOpArgs {
 Run add_bench_op(CLI::App& app) {
   auto args = std::make_shared<BenchOpArgs>();
   auto* cmd = app.add_subcommand("bench-op", "Time a fused op against the composite it replaces and ATen");
-  cmd->add_option("NAME", args->options.op, "silu | swish | se_gate | batch_norm_silu | drop_connect_add | rms_norm")
+  cmd->add_option("NAME", args->options.op, "silu | swish | se_gate | batch_norm_silu | drop_connect_add | rms_norm | swiglu")
       ->required()
       ->check(CLI::IsMember(bench::benchmarked_ops()));
   cmd->add_option("--numel", args->options.numel,
                   "elements per tensor (default 6400000; se_gate, batch_norm_silu, drop_connect_add: [16, C, 56, 56] "
                   "of about that size, default [16, 96, 56, 56] for the last two; rms_norm: [numel / 768, 768], default "
-                  "[1024, 768])")
+                  "[1024, 768]; swiglu: gate and up [numel / 2048, 2048], default [1024, 2048])")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", args->options.threads, "intra-op threads (0: all cores)")
       ->capture_default_str()

@@ -30,6 +30,11 @@ TORCH_LIBRARY(opfuse, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps=1e-6) -> Tensor");
   m.def("rms_norm_forward(Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)");
   m.def("rms_norm_backward(Tensor grad, Tensor x, Tensor weight, Tensor rstd) -> (Tensor, Tensor)");
+  // silu(gate) · up; _packed takes one tensor whose last dimension holds gate, then up.
+  m.def("swiglu(Tensor gate, Tensor up) -> Tensor");
+  m.def("swiglu_backward(Tensor grad, Tensor gate, Tensor up) -> (Tensor, Tensor)");
+  m.def("swiglu_packed(Tensor x) -> Tensor");
+  m.def("swiglu_packed_backward(Tensor grad, Tensor x) -> Tensor");
 }
 
 namespace opfuse {

@@ -9,7 +9,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$opfuse" --help | grep -q bench-op
 "$opfuse" bench-op --help | grep -q -- --numel
 
-for op in silu swish se_gate batch_norm_silu drop_connect_add rms_norm; do
+for op in silu swish se_gate batch_norm_silu drop_connect_add rms_norm swiglu; do
   "$opfuse" bench-op "$op" --numel 100000 --rounds 3 --warmup 1 --threads 1 --json "$tmp/$op.json" > "$tmp/$op.txt"
   grep -q "opfuse vs aten" "$tmp/$op.txt"
   /usr/bin/python3 - "$tmp/$op.json" "$op" <<'PY'

@@ -43,6 +43,10 @@ def test_gradcheck_float64():
     h = torch.randn(3, 4, 7, dtype=torch.double, requires_grad=True)
     w = (torch.rand(7, dtype=torch.double) + 0.5).requires_grad_()
     assert torch.autograd.gradcheck(lambda a, b: torch.ops.opfuse.rms_norm(a, b, 1e-5), (h, w))
+    u = torch.randn(3, 4, 7, dtype=torch.double, requires_grad=True)
+    assert torch.autograd.gradcheck(torch.ops.opfuse.swiglu, (h, u))
+    packed = torch.randn(3, 8, dtype=torch.double, requires_grad=True)
+    assert torch.autograd.gradcheck(torch.ops.opfuse.swiglu_packed, (packed,))
 
 
 def test_rms_norm_bfloat16_is_float_arithmetic_rounded_once():

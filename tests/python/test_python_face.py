@@ -163,11 +163,14 @@ def test_the_tuned_model_copies_and_pickles_its_state():
     assert torch.allclose(twin(x), model(x))
 
 
-def test_llama_rms_norm_is_replaced_and_verified_with_module_paths(tmp_path):
+def test_llama_rms_norm_and_swiglu_are_replaced_and_verified_with_module_paths(tmp_path):
     model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
     result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "llama"), **QUICK)
     rms = next(r for r in result.replacements if r.rule == "rms_norm")
     assert rms.verified and rms.kept and rms.places == 5, rms  # 2 layers × 2 norms + the final norm
+    # llama2.c's feed-forward, w2(F.silu(w1(x)) * w3(x)): the fx pass finds silu(·) · (·) per layer.
+    swiglu = next(r for r in result.replacements if r.rule == "swiglu")
+    assert swiglu.verified and swiglu.kept and swiglu.places == 2, swiglu
     norm = result.model.layers[0].attention_norm
     assert isinstance(norm, opfuse.nn.RMSNorm) and norm.eps == model.layers[0].attention_norm.eps and norm.in_float
     assert norm.weight is not model.layers[0].attention_norm.weight  # a copy's parameter

@@ -56,4 +56,12 @@ void rms_norm_forward_kernel(const at::Tensor& x, const at::Tensor& weight, doub
 void rms_norm_backward_kernel(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
                               const at::Tensor& rstd, at::Tensor& dx, at::Tensor& dweight);
 
+// SwiGLU over rows of y's last dimension d: y = silu(gate) · up, dgate = dy · u · silu'(g),
+// dup = dy · silu(g). y and dy are contiguous; a row's gate and up (and dgate, dup) start
+// in_stride elements after the previous row's: d for two contiguous tensors, 2d for the halves
+// of one packed tensor.
+void swiglu_forward_kernel(const at::Tensor& gate, const at::Tensor& up, int64_t in_stride, at::Tensor& y);
+void swiglu_backward_kernel(const at::Tensor& dy, const at::Tensor& gate, const at::Tensor& up, int64_t in_stride,
+                            at::Tensor& dgate, at::Tensor& dup);
+
 }  // namespace opfuse::cpu

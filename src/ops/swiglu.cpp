@@ -1,0 +1,141 @@
+// opfuse::swiglu and opfuse::swiglu_packed: front ends, autograd and the C++ API. The loops live
+// in cpu/swiglu_loops.h.
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include "opfuse/ops.h"
+#include "ops/checks.h"
+#include "ops/cpu/kernels.h"
+#include "ops/dispatch.h"
+
+namespace opfuse {
+namespace {
+
+int64_t last_dim(const at::Tensor& t) { return t.dim() == 0 ? 1 : t.size(-1); }
+
+at::Tensor swiglu_cpu(const at::Tensor& gate_in, const at::Tensor& up_in) {
+  constexpr const char* op = "opfuse::swiglu";
+  check_input(gate_in, op, "gate");
+  check_input(up_in, op, "up");
+  check_same(gate_in, up_in, op, "gate", "up");
+  const at::Tensor gate = gate_in.contiguous(), up = up_in.contiguous();
+  at::Tensor y = at::empty_like(gate, at::MemoryFormat::Contiguous);
+  cpu::swiglu_forward_kernel(gate, up, last_dim(gate), y);
+  return y;
+}
+
+std::tuple<at::Tensor, at::Tensor> swiglu_backward_cpu(const at::Tensor& grad, const at::Tensor& gate_in,
+                                                       const at::Tensor& up_in) {
+  constexpr const char* op = "opfuse::swiglu_backward";
+  check_input(grad, op, "grad");
+  check_input(gate_in, op, "gate");
+  check_same(gate_in, up_in, op, "gate", "up");
+  check_same(grad, gate_in, op, "grad", "gate");
+  const at::Tensor gate = gate_in.contiguous(), up = up_in.contiguous(), dy = grad.contiguous();
+  at::Tensor dgate = at::empty_like(gate, at::MemoryFormat::Contiguous), dup = at::empty_like(dgate);
+  cpu::swiglu_backward_kernel(dy, gate, up, last_dim(gate), dgate, dup);
+  return {dgate, dup};
+}
+
+// x [..., 2d]: gate its first d of the last dimension, up the second.
+void check_packed(const at::Tensor& x, const char* op) {
+  check_input(x, op, "x");
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) % 2 == 0, op, ": x's last dimension must be even (gate, then up), got ",
+              x.sizes());
+}
+
+at::Tensor swiglu_packed_cpu(const at::Tensor& x_in) {
+  check_packed(x_in, "opfuse::swiglu_packed");
+  const at::Tensor x = x_in.contiguous();
+  const int64_t d = x.size(-1) / 2;
+  at::Tensor y = at::empty_like(x.narrow(-1, 0, d), at::MemoryFormat::Contiguous);
+  cpu::swiglu_forward_kernel(x.narrow(-1, 0, d), x.narrow(-1, d, d), 2 * d, y);
+  return y;
+}
+
+at::Tensor swiglu_packed_backward_cpu(const at::Tensor& grad, const at::Tensor& x_in) {
+  constexpr const char* op = "opfuse::swiglu_packed_backward";
+  check_packed(x_in, op);
+  check_input(grad, op, "grad");
+  const int64_t d = x_in.size(-1) / 2;
+  TORCH_CHECK(grad.sizes() == x_in.narrow(-1, 0, d).sizes() && grad.scalar_type() == x_in.scalar_type(), op,
+              ": grad must be x's half, got ", grad.sizes(), " ", grad.scalar_type());
+  const at::Tensor x = x_in.contiguous(), dy = grad.contiguous();
+  at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous);
+  at::Tensor dgate = dx.narrow(-1, 0, d), dup = dx.narrow(-1, d, d);
+  cpu::swiglu_backward_kernel(dy, x.narrow(-1, 0, d), x.narrow(-1, d, d), 2 * d, dgate, dup);
+  return dx;
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+auto swiglu_op() {
+  static auto op = find_op<at::Tensor(const at::Tensor&, const at::Tensor&)>("opfuse::swiglu");
+  return op;
+}
+auto swiglu_backward_op() {
+  static auto op = find_op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&)>(
+      "opfuse::swiglu_backward");
+  return op;
+}
+auto packed_op() {
+  static auto op = find_op<at::Tensor(const at::Tensor&)>("opfuse::swiglu_packed");
+  return op;
+}
+auto packed_backward_op() {
+  static auto op = find_op<at::Tensor(const at::Tensor&, const at::Tensor&)>("opfuse::swiglu_packed_backward");
+  return op;
+}
+
+// Saves its inputs only; sigmoid(gate) is recomputed in the backward's one pass.
+class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
+    ctx->save_for_backward({gate, up});
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return swiglu_op().call(gate, up);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
+    const auto saved = ctx->get_saved_variables();
+    auto [dgate, dup] = swiglu_backward_op().call(grads[0], saved[0], saved[1]);
+    return {dgate, dup};
+  }
+};
+
+class PackedFunction : public torch::autograd::Function<PackedFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x) {
+    ctx->save_for_backward({x});
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return packed_op().call(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {packed_backward_op().call(grads[0], ctx->get_saved_variables()[0])};
+  }
+};
+
+}  // namespace
+
+at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) { return swiglu_op().call(gate, up); }
+at::Tensor swiglu(const at::Tensor& x) { return packed_op().call(x); }
+
+}  // namespace opfuse
+
+TORCH_LIBRARY_IMPL(opfuse, CPU, m) {
+  m.impl("swiglu", &opfuse::swiglu_cpu);
+  m.impl("swiglu_backward", &opfuse::swiglu_backward_cpu);
+  m.impl("swiglu_packed", &opfuse::swiglu_packed_cpu);
+  m.impl("swiglu_packed_backward", &opfuse::swiglu_packed_backward_cpu);
+}
+
+// The backward ops have no derivative of their own: double backward raises.
+TORCH_LIBRARY_IMPL(opfuse, Autograd, m) {
+  m.impl("swiglu", [](const at::Tensor& gate, const at::Tensor& up) { return opfuse::SwigluFunction::apply(gate, up); });
+  m.impl("swiglu_packed", [](const at::Tensor& x) { return opfuse::PackedFunction::apply(x); });
+  m.impl("swiglu_backward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("swiglu_packed_backward", torch::autograd::autogradNotImplementedFallback());
+}
