@@ -77,11 +77,21 @@ void keep_freed_memory() {
   (void)once;
 }
 
-// In pieces below the mmap threshold, so they come from (and go back to) the heap.
+// Memory the kernel could still hand out (MemAvailable), or 0 where it cannot be read.
+double available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("MemAvailable:", 0) == 0) return std::strtod(line.c_str() + 13, nullptr) * 1024;  // kB
+  return 0;
+}
+
+// In pieces below the mmap threshold, so they come from (and go back to) the heap; never more
+// than a quarter of the memory still available, so touching it cannot push anything out.
 void prefault(double bytes) {
   constexpr size_t kPiece = 16 << 20;
   std::vector<void*> pieces;
-  for (double done = 0; done < std::min(bytes, 4e9); done += kPiece) {
+  const double limit = std::min({bytes, 4e9, available_bytes() / 4});
+  for (double done = 0; done < limit; done += kPiece) {
     void* p = std::malloc(kPiece);
     if (p == nullptr) break;
     // A plain memset before free is a dead store the compiler may drop.

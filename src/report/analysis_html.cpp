@@ -163,7 +163,7 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     const grid = el("div", { class: "meta" },
       meta("dialect", str(trace.dialect) || "–"), meta("backend", str(trace.backend) || "–"),
       meta("events", count(trace.events)), meta("duration", `${ms(trace.duration_us)} ms`),
-      meta("steps", count(trace.steps)), meta("step time", `${ms(trace.step_us)} ms`),
+      meta("steps", count(trace.steps)), meta("step time (traced)", `${ms(trace.step_us)} ms`),
       meta("skipped events", count(trace.skipped_events), trace.skipped_events > 0));
     if (device) {
       grid.append(meta("device kernels", `${ms(device.kernel_us)} ms`), meta("device idle", `${ms(device.idle_us)} ms`));
@@ -216,7 +216,7 @@ constexpr std::string_view kPage = R"page(<!doctype html>
   }
 
   function stepChange(before, after) {
-    const line = el("p", { class: "step" }, `step time ${ms(before)} ms → ${ms(after)} ms`);
+    const line = el("p", { class: "step" }, `traced step time ${ms(before)} ms → ${ms(after)} ms`);
     if (isNum(before) && isNum(after) && before > 0) {
       const pct = ((after - before) / before) * 100;
       const sign = pct > 0 ? "+" : pct < 0 ? "−" : "±";

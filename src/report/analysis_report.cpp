@@ -118,7 +118,7 @@ std::string format_analysis(const Analysis& a, int top) {
 std::string format_diff(const analyze::Diff& d, const Analysis& after, int top) {
   std::string out = fmt::format("\nbefore -> after: {}\n", after.trace.path);
   if (d.step_us_before > 0 && d.step_us_after > 0)
-    out += fmt::format("step time  {} -> {} ms ({:+.1f}%)\n", ms(d.step_us_before), ms(d.step_us_after),
+    out += fmt::format("traced step time  {} -> {} ms ({:+.1f}%)\n", ms(d.step_us_before), ms(d.step_us_after),
                        100 * (d.step_us_after / d.step_us_before - 1));
   std::vector<Row> rows;
   for (size_t i = 0; i < d.ops.size() && static_cast<int>(i) < top; ++i) {

@@ -5,6 +5,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <thread>
 
@@ -146,15 +147,22 @@ const measure::Machine& busier(const measure::Machine& a, const measure::Machine
   return b.others_share > a.others_share ? b : a;
 }
 
+// "+3.1% [+1.0%, +5.2%]", "?" for an end one round cannot bound.
 std::string percent_interval(double gain, const measure::Interval& ci) {
-  return fmt::format("{:+.1f}% [{:+.1f}%, {:+.1f}%]", 100 * gain, 100 * ci.lo, 100 * ci.hi);
+  auto pct = [](double x) { return std::isfinite(x) ? fmt::format("{:+.1f}%", 100 * x) : std::string("?"); };
+  return fmt::format("{} [{}, {}]", pct(gain), pct(ci.lo), pct(ci.hi));
+}
+
+// The rule's finding in an analysis, or null when the trace no longer has its chains.
+const analyze::Finding* finding_of(const analyze::Analysis& a, const std::string& rule) {
+  for (const auto& f : a.findings)
+    if (f.rule == rule) return &f;
+  return nullptr;
 }
 
 // The analysis' saving for the rule's finding, per step, as a gain of the measured step time.
 void set_estimate(Replacement& r, const analyze::Analysis& a, double step_ms) {
-  const analyze::Finding* f = nullptr;
-  for (const auto& x : a.findings)
-    if (x.rule == r.rule) f = &x;
+  const analyze::Finding* f = finding_of(a, r.rule);
   if (f == nullptr || f->est_saving_us <= 0 || step_ms <= 0) return;
   const double saved_ms = f->est_saving_us / 1000 / std::max<int64_t>(1, a.trace.steps);
   if (saved_ms >= step_ms) return;
@@ -172,13 +180,6 @@ void judge(Replacement& r, const TuneOptions& o) {
   else if (r.decision == Decision::inconclusive)
     r.why = fmt::format("gain {} after {} rounds straddles --min-gain {:.1f}%{}", measured, r.rounds,
                         100 * o.min_gain, r.kept ? " (kept: --keep-inconclusive)" : "; not kept without --keep-inconclusive");
-}
-
-// The rule's finding in an analysis, or null when the trace no longer has its chains.
-const analyze::Finding* finding_of(const analyze::Analysis& a, const std::string& rule) {
-  for (const auto& f : a.findings)
-    if (f.rule == rule) return &f;
-  return nullptr;
 }
 
 double ops_of(const analyze::Finding* f) { return f ? static_cast<double>(f->ops) : 0; }
