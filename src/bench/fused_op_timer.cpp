@@ -61,6 +61,11 @@ double time_fused_op(const std::string& op, const std::string& dims) {
     at::Tensor rm = torch::zeros({x.size(1)}), rv = torch::ones({x.size(1)});
     return time_calls([&] { opfuse::batch_norm_silu(x, w, b, rm, rv, true, 0.01, 1e-3); });
   }
+  if (op == "rms_norm") {  // the largest shape is x; the weight is its last dimension
+    if (x.dim() < 1) return -1;
+    const at::Tensor w = torch::ones({x.size(-1)});
+    return time_calls([&] { opfuse::rms_norm(x, w, 1e-6); });
+  }
   if (op == "drop_connect_add") {
     const at::Tensor residual = torch::randn(shapes[0]);
     return time_calls([&] { opfuse::drop_connect_add(x, residual, 0.2, true); });
