@@ -63,6 +63,9 @@ Ratio ratio(const Measurement& m, size_t base, size_t other);
 // Runs one timed unit of a variant and returns its time in ms.
 using Run = std::function<double()>;
 
+// A Run of `steps` calls of step (each returning its ms), timed per step: their mean.
+Run per_step(std::function<double()> step, int steps);
+
 // Warms each variant up, then runs options.rounds rounds, each running every variant
 // options.calls times, the order rotating pass by pass. More rounds follow, up to options.max_rounds, while `settled`
 // (given the measurement so far) returns false, and while the machine is busy until twice

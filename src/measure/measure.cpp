@@ -120,6 +120,14 @@ Interval bootstrap_median(const std::vector<double>& xs, double confidence) {
   return {quantile_of_sorted(medians, tail), quantile_of_sorted(medians, 1 - tail)};
 }
 
+Run per_step(std::function<double()> step, int steps) {
+  return [step = std::move(step), steps] {
+    double ms = 0;
+    for (int i = 0; i < steps; ++i) ms += step();
+    return ms / steps;
+  };
+}
+
 Ratio ratio(const Measurement& m, size_t base, size_t other) {
   const auto& a = m.variants.at(base).ms;
   const auto& b = m.variants.at(other).ms;

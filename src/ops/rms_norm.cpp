@@ -41,9 +41,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad,
   check_arguments(x_in, w_in, op);
   check_input(grad, op, "grad");
   check_same(grad, x_in, op, "grad", "x");
-  TORCH_CHECK(rstd.numel() * std::max<int64_t>(1, x_in.size(-1)) == std::max<int64_t>(1, x_in.numel()) ||
-                  x_in.numel() == 0,
-              op, ": rstd must hold one value per row of x");
+  TORCH_CHECK(rstd.sizes() == x_in.sizes().slice(0, x_in.dim() - 1), op,
+              ": rstd must hold one value per row of x (", x_in.sizes().slice(0, x_in.dim() - 1), "), got ", rstd.sizes());
   TORCH_CHECK(rstd.scalar_type() == at::toOpMathType(x_in.scalar_type()), op, ": rstd must be ",
               at::toOpMathType(x_in.scalar_type()), ", got ", rstd.scalar_type());
   const at::Tensor x = x_in.contiguous(), w = w_in.contiguous(), dy = grad.contiguous(), r = rstd.contiguous();

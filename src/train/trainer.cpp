@@ -204,15 +204,6 @@ TrainOptions variant_options(const TrainOptions& o, const std::string& variant) 
   return v;
 }
 
-// options.steps steps of a session; its time is per step.
-measure::Run steps_of(Session& s, int steps) {
-  return [&s, steps] {
-    double ms = 0;
-    for (int i = 0; i < steps; ++i) ms += run_step(s).step_ms;
-    return ms / steps;
-  };
-}
-
 measure::Options measure_options(const TrainOptions& o, int rounds, const std::function<void(int, int)>& progress) {
   measure::Options m;
   m.warmup = std::max(1, o.warmup);
@@ -233,7 +224,7 @@ CompareResult compare(const TrainOptions& o, const std::vector<std::string>& var
   std::vector<Session> sessions;
   for (const auto& v : variant_runs) sessions.push_back(open_session(v));
   std::vector<measure::Run> runs;
-  for (auto& s : sessions) runs.push_back(steps_of(s, o.steps));
+  for (auto& s : sessions) runs.push_back(measure::per_step([&s] { return run_step(s).step_ms; }, o.steps));
 
   CompareResult result;
   result.variants = variants;
@@ -251,7 +242,7 @@ OverheadResult profiler_overhead(const TrainOptions& o, int rounds) {
   set_threads(o.threads);
   Session s = open_session(o);
   size_t events = 0;
-  const measure::Run plain = steps_of(s, o.steps);
+  const measure::Run plain = measure::per_step([&s] { return run_step(s).step_ms; }, o.steps);
   const measure::Run profiled = [&] {
     profile::Profiler profiler;
     profiler.start();

@@ -5,13 +5,13 @@
 #include <torch/version.h>
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <thread>
 
 #include "opfuse/bench.h"
 #include "opfuse/measure.h"
 #include "opfuse/profile.h"
+#include "opfuse/report.h"
 #include "opfuse/stats.h"
 #include "opfuse/trace.h"
 #include "rewrite/models.h"
@@ -108,18 +108,6 @@ void plan(const analyze::Analysis& a, const TuneOptions& o, const Workload& base
   }
 }
 
-// Each run is options.steps steps of one workload; its time is per step.
-std::vector<measure::Run> runs_of(const std::vector<Workload*>& workloads, int steps) {
-  std::vector<measure::Run> runs;
-  for (Workload* w : workloads)
-    runs.push_back([w, steps] {
-      double ms = 0;
-      for (int i = 0; i < steps; ++i) ms += w->step();
-      return ms / steps;
-    });
-  return runs;
-}
-
 measure::Measurement interleave(const std::vector<Workload*>& workloads, const TuneOptions& o, const Hooks& h,
                                 const std::function<bool(const measure::Measurement&)>& settled = {}, int rounds = 0) {
   measure::Options m;
@@ -127,7 +115,9 @@ measure::Measurement interleave(const std::vector<Workload*>& workloads, const T
   m.rounds = rounds > 0 ? rounds : o.rounds;
   m.max_rounds = rounds > 0 ? rounds : o.max_rounds;
   m.progress = h.progress;
-  return measure::interleave(runs_of(workloads, o.steps), m, settled);
+  std::vector<measure::Run> runs;
+  for (Workload* w : workloads) runs.push_back(measure::per_step([w] { return w->step(); }, o.steps));
+  return measure::interleave(runs, m, settled);
 }
 
 // Variant k's gain over variant k − 1: their step-time ratio − 1, paired round by round.
@@ -145,12 +135,6 @@ void fill(Side& side, const measure::Series& s, int64_t samples_per_step) {
 
 const measure::Machine& busier(const measure::Machine& a, const measure::Machine& b) {
   return b.others_share > a.others_share ? b : a;
-}
-
-// "+3.1% [+1.0%, +5.2%]", "?" for an end one round cannot bound.
-std::string percent_interval(double gain, const measure::Interval& ci) {
-  auto pct = [](double x) { return std::isfinite(x) ? fmt::format("{:+.1f}%", 100 * x) : std::string("?"); };
-  return fmt::format("{} [{}, {}]", pct(gain), pct(ci.lo), pct(ci.hi));
 }
 
 // The rule's finding in an analysis, or null when the trace no longer has its chains.
@@ -174,7 +158,7 @@ void set_estimate(Replacement& r, const analyze::Analysis& a, double step_ms) {
 void judge(Replacement& r, const TuneOptions& o) {
   r.decision = decide(r.gain_ci, o.min_gain);
   r.kept = r.decision == Decision::kept || (r.decision == Decision::inconclusive && o.keep_inconclusive);
-  const std::string measured = percent_interval(r.gain, r.gain_ci);
+  const std::string measured = report::format_gain(r.gain, r.gain_ci);
   if (r.decision == Decision::rolled_back)
     r.why = fmt::format("gain {} is below --min-gain {:.1f}%", measured, 100 * o.min_gain);
   else if (r.decision == Decision::inconclusive)
