@@ -114,6 +114,39 @@ struct Finding {
   std::vector<Location> locations;  // most frequent first
 };
 
+// Device time in HolisticTraceAnalysis' get_temporal_breakdown convention. With two or more
+// ProfilerStep# markers, only the device events launched (their runtime call, by correlation id)
+// before the last step begins are kept: the last step is usually cut short. The window runs from
+// the first kept event's start to the last one's end; busy is the union of the kept intervals
+// over all the device's streams, so overlapping streams are not counted twice.
+struct StreamTime {
+  std::string stream;  // the trace's stream id ("7")
+  int64_t events = 0;
+  double busy_us = 0;  // union of its kept events
+};
+
+// Kept kernels only (not memcpy/memset); delays and "shorter" need the launch call in the trace.
+struct LaunchStats {
+  static constexpr double kSmallKernelUs = 10;
+  int64_t kernels = 0, launched = 0;
+  double delay_median_us = 0, delay_p90_us = 0;  // launch call start → kernel start
+  int64_t shorter_than_launch = 0;               // kernels that ran shorter than their launch call
+  double small_kernel_time_pct = 0;              // of kernel time, in kernels under kSmallKernelUs
+};
+
+struct DeviceTime {
+  std::string device;                // the trace's pid for it ("0")
+  int64_t events = 0, left_out = 0;  // device events kept; left out (launched in the last step or launch unknown)
+  int64_t steps = 0;                 // ProfilerSteps the window spans (0: none known, the figures are totals)
+  double window_us = 0, busy_us = 0, idle_us = 0;  // totals in the window
+  double compute_us = 0, communication_us = 0, memory_us = 0;  // unions: kernels, nccl/gloo kernels, memcpy+memset
+  std::vector<StreamTime> streams;
+  LaunchStats launch;
+};
+
+// One per device with events, busiest first.
+std::vector<DeviceTime> device_time(const trace::Trace& trace, const trace::Model& model);
+
 struct Summary {
   std::string path, dialect;
   Backend backend = Backend::cpu;
@@ -122,7 +155,7 @@ struct Summary {
   int64_t steps = 0;
   double step_us = 0;  // median ProfilerStep duration (0 without steps)
   bool has_device = false;
-  double kernel_us = 0, device_idle_us = 0;
+  std::vector<DeviceTime> devices;  // busiest first
   std::vector<std::string> warnings;
 };
 

@@ -92,6 +92,8 @@ struct Model {
   std::vector<int32_t> children;
   std::vector<int32_t> steps;        // ProfilerStep#N slices, in time order
   std::vector<std::vector<int32_t>> device_lanes;  // per device stream: its events, in time order
+  std::vector<std::vector<int32_t>> launch_calls;  // per device lane and event: the runtime call with its
+                                                   // correlation id (cudaLaunchKernel …), or −1
   int64_t overlapping = 0;           // slices that overlap a sibling without nesting: left out of trees
 
   size_t child_count(int32_t e) const { return child_begin[e + 1] - child_begin[e]; }

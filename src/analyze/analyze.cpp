@@ -13,22 +13,6 @@ using trace::Kind;
 using trace::Model;
 using trace::Trace;
 
-// Busy time per device stream is the union of its events; idle is the rest of its span.
-double idle_us(const Trace& t, const Model& m, double& busy_total) {
-  double idle = 0;
-  for (const auto& lane : m.device_lanes) {
-    double start = t.events[lane[0]].ts, covered_to = start, busy = 0, end = start;
-    for (int32_t i : lane) {
-      const double a = t.events[i].ts, b = a + t.events[i].dur;
-      if (b > covered_to) busy += b - std::max(a, covered_to), covered_to = b;
-      end = std::max(end, b);
-    }
-    busy_total += busy;
-    idle += (end - start) - busy;
-  }
-  return idle;
-}
-
 Summary summarise(const Trace& t, const Model& m, const std::string& path, Backend backend) {
   Summary s;
   s.path = path;
@@ -52,7 +36,7 @@ Summary summarise(const Trace& t, const Model& m, const std::string& path, Backe
   s.steps = static_cast<int64_t>(steps.size());
   s.step_us = median(steps);
   s.has_device = !m.device_lanes.empty();
-  if (s.has_device) s.device_idle_us = idle_us(t, m, s.kernel_us);
+  s.devices = device_time(t, m);
   return s;
 }
 

@@ -166,7 +166,9 @@ constexpr std::string_view kPage = R"page(<!doctype html>
       meta("steps", count(trace.steps)), meta("step time (traced)", `${ms(trace.step_us)} ms`),
       meta("skipped events", count(trace.skipped_events), trace.skipped_events > 0));
     if (device) {
-      grid.append(meta("device kernels", `${ms(device.kernel_us)} ms`), meta("device idle", `${ms(device.idle_us)} ms`));
+      const per = device.per === "step" ? " per step" : "";
+      const busy = isNum(device.busy_us) ? device.busy_us : device.kernel_us;
+      grid.append(meta("device busy", `${ms(busy)} ms${per}`), meta("device idle", `${ms(device.idle_us)} ms${per}`));
     }
     h.append(grid);
   }

@@ -61,6 +61,69 @@ nlohmann::json summary_json(const analyze::Summary& s) {
           {"warnings", s.warnings}};
 }
 
+// Device figures per step when the window's steps are known (HTA's window: every step but the
+// last), totals otherwise; `per` in the JSON and the terminal says which.
+double device_per(const analyze::DeviceTime& d, double us) { return d.steps > 0 ? us / d.steps : us; }
+const char* device_unit(const analyze::DeviceTime& d) { return d.steps > 0 ? "step" : "total"; }
+double pct(double us, double window_us) { return window_us > 0 ? 100 * us / window_us : 0; }
+
+nlohmann::json device_json(const analyze::DeviceTime& d) {
+  nlohmann::json streams = nlohmann::json::array();
+  for (const auto& st : d.streams)
+    streams.push_back({{"stream", st.stream}, {"events", st.events}, {"busy_us", device_per(d, st.busy_us)},
+                       {"busy_pct", pct(st.busy_us, d.window_us)}});
+  const auto& l = d.launch;
+  return {{"device", d.device},
+          {"per", device_unit(d)},
+          {"steps", d.steps},
+          {"events", d.events},
+          {"events_left_out", d.left_out},
+          {"window_us", device_per(d, d.window_us)},
+          {"busy_us", device_per(d, d.busy_us)},
+          {"idle_us", device_per(d, d.idle_us)},
+          {"breakdown",
+           {{"compute_pct", pct(d.compute_us, d.window_us)},
+            {"communication_pct", pct(d.communication_us, d.window_us)},
+            {"memory_pct", pct(d.memory_us, d.window_us)},
+            {"idle_pct", pct(d.idle_us, d.window_us)}}},
+          {"streams", streams},
+          {"launch",
+           {{"kernels", l.kernels},
+            {"launched", l.launched},
+            {"delay_median_us", l.delay_median_us},
+            {"delay_p90_us", l.delay_p90_us},
+            {"shorter_than_launch", l.shorter_than_launch},
+            {"small_kernel_us", analyze::LaunchStats::kSmallKernelUs},
+            {"small_kernel_time_pct", l.small_kernel_time_pct}}}};
+}
+
+// A short block: the window and its breakdown, the busiest streams, how kernels were launched.
+std::string format_device(const analyze::DeviceTime& d) {
+  const std::string per = d.steps > 0 ? " per step" : " in the trace";
+  std::string out = fmt::format("\ndevice    {}: {} ms window{}, {} ms busy ({:.1f}%), {} ms idle ({:.1f}%)",
+                                d.device, ms(device_per(d, d.window_us)), per,
+                                ms(device_per(d, d.busy_us)), pct(d.busy_us, d.window_us), ms(device_per(d, d.idle_us)),
+                                pct(d.idle_us, d.window_us));
+  out += fmt::format("\n          compute {:.1f}%, communication {:.1f}%, memcpy/memset {:.1f}% of the window",
+                     pct(d.compute_us, d.window_us), pct(d.communication_us, d.window_us), pct(d.memory_us, d.window_us));
+  std::string streams;
+  for (size_t i = 0; i < d.streams.size() && i < 4; ++i)
+    streams += fmt::format("{}{} {} ms", i ? ", " : "", d.streams[i].stream, ms(device_per(d, d.streams[i].busy_us)));
+  if (d.streams.size() > 4) streams += fmt::format(" (+{} more)", d.streams.size() - 4);
+  out += "\n          streams busy: " + streams;
+  const auto& l = d.launch;
+  if (l.launched > 0)
+    out += fmt::format("\n          launch -> start {:.1f} us median, {:.1f} us p90; {} of {} kernels shorter than their launch",
+                       l.delay_median_us, l.delay_p90_us, l.shorter_than_launch, l.launched);
+  if (l.kernels > 0)
+    out += fmt::format("\n          {:.1f}% of kernel time in kernels under {:.0f} us", l.small_kernel_time_pct,
+                       analyze::LaunchStats::kSmallKernelUs);
+  if (d.left_out > 0)
+    out += fmt::format("\n          ({} device events launched in the last, cut-short step or with no launch left out)",
+                       d.left_out);
+  return out;
+}
+
 nlohmann::json ops_json(const Analysis& a) {
   nlohmann::json ops = nlohmann::json::array();
   for (const auto& o : a.ops) {
@@ -85,8 +148,7 @@ std::string format_analysis(const Analysis& a, int top) {
   if (s.overlapping > 0) out += fmt::format(" ({} overlapping slices left out of the op trees)", s.overlapping);
   out += fmt::format("\nspan      {} ms", ms(s.duration_us));
   if (s.steps > 0) out += fmt::format(", {} step{}, {} ms per step (median)", s.steps, s.steps == 1 ? "" : "s", ms(s.step_us));
-  if (s.has_device)
-    out += fmt::format("\ndevice    {} ms busy, {} ms idle", ms(s.kernel_us), ms(s.device_idle_us));
+  for (const auto& d : s.devices) out += format_device(d);
   out += "\n";
   for (const auto& w : s.warnings) out += "warning: " + w + "\n";
 
@@ -133,11 +195,14 @@ std::string format_diff(const analyze::Diff& d, const Analysis& after, int top) 
 }
 
 nlohmann::json analysis_json(const Analysis& a) {
-  nlohmann::json device = nullptr;
-  if (a.trace.has_device) device = {{"kernel_us", a.trace.kernel_us}, {"idle_us", a.trace.device_idle_us}};
+  // "device" is the busiest device (a rank drives one); "devices" lists them all.
+  nlohmann::json device = nullptr, devices = nlohmann::json::array();
+  for (const auto& d : a.trace.devices) devices.push_back(device_json(d));
+  if (!devices.empty()) device = devices.front();
   return {{"trace", summary_json(a.trace)},
           {"ops", ops_json(a)},
           {"device", device},
+          {"devices", devices},
           {"findings", findings_json(a.findings, a.trace.backend)},
           {"diff", nullptr}};
 }

@@ -19,7 +19,7 @@ bool is_backward_name(const std::string& name) {
 }
 
 // What a name or category says, decided once per string rather than once per event.
-enum NameFlag : uint8_t { step_name = 1, optimizer_name = 2, backward_name = 4 };
+enum NameFlag : uint8_t { step_name = 1, optimizer_name = 2, backward_name = 4, device_annotation = 8 };
 
 struct Classifier {
   const Trace& trace;
@@ -42,7 +42,7 @@ struct Classifier {
       for (const auto& [name, kind] : table)
         if (s == name) by_category[i] = kind;
       flags[i] = (starts_with(s, "ProfilerStep#") ? step_name : 0) | (starts_with(s, "Optimizer.") ? optimizer_name : 0) |
-                 (is_backward_name(s) ? backward_name : 0);
+                 (is_backward_name(s) ? backward_name : 0) | (s == "gpu_user_annotation" ? device_annotation : 0);
     }
     for (const auto& [pid, name] : t.process_names) {
       if (name == "Ascend Hardware") device_pids.push_back(pid);
@@ -53,6 +53,8 @@ struct Classifier {
   Kind operator()(const Event& e) const {
     if (e.phase == 's' || e.phase == 'f' || e.phase == 't') return Kind::flow;
     if (e.phase != 'X') return Kind::other;
+    // Kineto copies ProfilerStep#N onto the GPU's lanes as a gpu_user_annotation: not a second step.
+    if (flags[e.category] & device_annotation) return Kind::other;
     if (flags[e.name] & step_name) return Kind::step;
     if (flags[e.name] & optimizer_name) return Kind::op;  // record_function scopes in Kineto, ops in Ascend
     if (!device_pids.empty() && std::find(device_pids.begin(), device_pids.end(), e.pid) != device_pids.end())
@@ -261,21 +263,30 @@ Model build_model(const Trace& trace) {
   // Launches: a kernel's correlation names the runtime call (Kineto), or its external id the op
   // (1.8 era); Ascend links op → task with torch_to_npu flows, and forward → backward by fwdbwd.
   if (!m.device_lanes.empty()) {
+    // A runtime call that overhangs its op is left out of the op tree but still launched its
+    // kernel: it is found by what it is, not by where it nests.
+    auto is_runtime = [&](size_t i) {
+      return m.kind[i] == Kind::runtime || (m.kind[i] == Kind::other && classify(trace.events[i]) == Kind::runtime);
+    };
     size_t runtimes = 0, ops = 0;
-    for (size_t i = 0; i < n; ++i) runtimes += m.kind[i] == Kind::runtime, ops += m.kind[i] == Kind::op;
+    for (size_t i = 0; i < n; ++i) runtimes += is_runtime(i), ops += m.kind[i] == Kind::op;
     IdIndex runtime_by_correlation(runtimes), op_by_external_id(ops);
     for (size_t i = 0; i < n; ++i) {
       const Event& e = trace.events[i];
-      if (m.kind[i] == Kind::runtime && e.correlation >= 0) runtime_by_correlation.assign(e.correlation, static_cast<int32_t>(i));
+      if (e.correlation >= 0 && is_runtime(i)) runtime_by_correlation.assign(e.correlation, static_cast<int32_t>(i));
       if (m.kind[i] == Kind::op && e.external_id >= 0) op_by_external_id.emplace(e.external_id, static_cast<int32_t>(i));
     }
-    for (const Lane& lane : m.device_lanes)
-      for (int32_t i : lane) {
+    m.launch_calls.reserve(m.device_lanes.size());
+    for (const Lane& lane : m.device_lanes) {
+      Lane& calls = m.launch_calls.emplace_back(lane.size(), -1);
+      for (size_t k = 0; k < lane.size(); ++k) {
+        const int32_t i = lane[k];
         const Event& e = trace.events[i];
-        const int32_t runtime = e.correlation >= 0 ? runtime_by_correlation.find(e.correlation) : -1;
+        const int32_t runtime = calls[k] = e.correlation >= 0 ? runtime_by_correlation.find(e.correlation) : -1;
         if (runtime >= 0) m.launcher[i] = m.op_parent[runtime];
         else if (e.external_id >= 0) m.launcher[i] = op_by_external_id.find(e.external_id);
       }
+    }
   }
 
   struct FlowEnds {

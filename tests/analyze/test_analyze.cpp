@@ -226,7 +226,8 @@ TEST(Analyze, OpTableAndDeviceTime) {
   EXPECT_DOUBLE_EQ(conv->self_us, 98);     // the launch inside it is not its own time
   EXPECT_DOUBLE_EQ(conv->device_us, 200);  // its kernels, found through the correlation id
   EXPECT_TRUE(a.trace.has_device);
-  EXPECT_GT(a.trace.device_idle_us, 0);
+  ASSERT_EQ(a.trace.devices.size(), 1u);
+  EXPECT_GT(a.trace.devices[0].idle_us, 0);
 }
 
 TEST(Analyze, DiffShowsTheFusedChainGone) {
