@@ -80,7 +80,29 @@ assert not any(f["kind"] == "mined" for f in a["findings"]), "ops inside the opt
 PY
 "$opfuse" analyze "$data/traces/ascend_style_sample.json" --no-default-rules \
   --rules "$data/rules/ascend_advisor_timeline_fusion_ops.yaml" | grep -q "torch_npu.optim.NpuFusedAdam"
-"$opfuse" analyze "$data/traces/kineto_rocm_minitoy.json.gz" | grep -q "dialect   PyTorch Kineto, backend cuda"
+"$opfuse" analyze "$data/traces/kineto_rocm_minitoy.json.gz" --json "$tmp/gpu.json" > "$tmp/gpu.txt"
+grep -q "dialect   PyTorch Kineto, backend cuda" "$tmp/gpu.txt"
+# Device time: the union over streams in the kernel window (HTA's convention; the figures
+# themselves are checked against a reference script in tests/analyze/check_device_time.py).
+grep -q "^device    2: 8.91 ms window per step, 0.15 ms busy (1.7%), 8.76 ms idle (98.3%)" "$tmp/gpu.txt"
+grep -q "compute 1.2%, communication 0.0%, memcpy/memset 0.4% of the window" "$tmp/gpu.txt"
+grep -q "8 of 14 kernels shorter than their launch" "$tmp/gpu.txt"
+/usr/bin/python3 - "$tmp/gpu.json" <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1]))
+d = a["device"]
+for key in ("window_us", "busy_us", "idle_us", "breakdown", "streams", "launch", "per"):
+    assert key in d, key
+assert set(d["breakdown"]) == {"compute_pct", "communication_pct", "memory_pct", "idle_pct"}, d["breakdown"]
+assert d["per"] == "step" and d["steps"] == 1, d
+assert abs(d["busy_us"] + d["idle_us"] - d["window_us"]) < 1e-6
+assert d["streams"][0]["stream"] == "0" and "busy_us" in d["streams"][0]
+assert a["devices"][0] == d
+assert a["trace"]["steps"] == 2  # the GPU's copy of ProfilerStep#1 is no third step
+assert any(o["device_us"] for o in a["ops"]), "ops carry the device time of their kernels"
+PY
+"$opfuse" analyze "$data/traces/kineto_cpu_only.json.gz" --json "$tmp/cpu.json" > /dev/null
+/usr/bin/python3 -c "import json, sys; a = json.load(open(sys.argv[1])); assert a['device'] is None and a['devices'] == []" "$tmp/cpu.json"
 "$opfuse" analyze "$data/traces/kineto_cpu_only.json.gz" | grep -q "backend cpu"
 
 # Nothing is overwritten without --force.
