@@ -5,7 +5,9 @@
 // the same fused backward.
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
 
 namespace opfuse {
 
@@ -46,6 +48,16 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps = 
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
 // The packed form: x [..., 2d] holds gate then up in its last dimension (x.chunk(2, -1)).
 at::Tensor swiglu(const at::Tensor& x);
+
+// Attention, softmax(scale · q kᵀ + mask) · v, as F.scaled_dot_product_attention: q [B, H, T, D]
+// (or [B·H, T, D]), k [.., S, D], v [.., S, Dv], any strides; scale defaults to 1/sqrt(D);
+// causal keeps key j for query row i only when j ≤ i; attn_mask (optional) is bool (true takes
+// part) or additive, broadcast to [B, H, T, S], and gets no gradient; dropout_p drops
+// probabilities with a mask drawn from generator (default: torch's), never stored. Tiled with an
+// online softmax: extra memory O(T) per head, not O(T·S); the backward recomputes the tiles.
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal = false,
+                     c10::optional<double> scale = c10::nullopt, const c10::optional<at::Tensor>& attn_mask = {},
+                     double dropout_p = 0, c10::optional<at::Generator> generator = c10::nullopt);
 
 // Path of the shared library holding the operators, for torch.ops.load_library.
 const char* ops_library_path();

@@ -35,6 +35,16 @@ TORCH_LIBRARY(opfuse, m) {
   m.def("swiglu_backward(Tensor grad, Tensor gate, Tensor up) -> (Tensor, Tensor)");
   m.def("swiglu_packed(Tensor x) -> Tensor");
   m.def("swiglu_packed_backward(Tensor grad, Tensor x) -> Tensor");
+  // softmax(scale · q kᵀ + mask) · v over q [B, H, T, D], k, v [B, H, S, *], tiled (no [T, S]
+  // matrix stored); scale defaults to 1/sqrt(D); attn_mask is bool (true takes part) or
+  // additive, broadcast to [B, H, T, S]. _forward also returns the rows' log-sum-exp and the
+  // dropout seed that _backward takes.
+  m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, Tensor? attn_mask=None, "
+        "float dropout_p=0.0, Generator? generator=None) -> Tensor");
+  m.def("attention_forward(Tensor q, Tensor k, Tensor v, bool causal, float? scale, Tensor? attn_mask, "
+        "float dropout_p, Generator? generator) -> (Tensor, Tensor, Tensor)");
+  m.def("attention_backward(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor seed, "
+        "bool causal, float? scale, Tensor? attn_mask, float dropout_p) -> (Tensor, Tensor, Tensor)");
 }
 
 namespace opfuse {

@@ -64,4 +64,20 @@ void swiglu_forward_kernel(const at::Tensor& gate, const at::Tensor& up, int64_t
 void swiglu_backward_kernel(const at::Tensor& dy, const at::Tensor& gate, const at::Tensor& up, int64_t in_stride,
                             at::Tensor& dgate, at::Tensor& dup);
 
+// Attention over heads: q [B, H, T, D], k [B, H, S, D], v [B, H, S, Dv] of one dtype, any
+// strides; mask undefined or a [B, H, T, S] view (strides may be 0) of bool (true takes part)
+// or of the accumulation dtype (added to the scores). out [B, H, T, Dv] and lse [B, H, T] (the
+// rows' log-sum-exp, accumulation dtype) are contiguous, as are dq, dk, dv.
+struct AttentionOptions {
+  bool causal = false;  // key j takes part in query row i only when j ≤ i
+  double scale = 1;
+  double dropout_p = 0;
+  uint64_t seed = 0;  // of the dropout mask, drawn once per forward
+};
+void attention_forward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                              const AttentionOptions& options, at::Tensor& out, at::Tensor& lse);
+void attention_backward_kernel(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const at::Tensor& out, const at::Tensor& lse, const at::Tensor& mask,
+                               const AttentionOptions& options, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv);
+
 }  // namespace opfuse::cpu

@@ -3,11 +3,13 @@
 //   Lanes8      eight float32 lanes (AVX2+FMA)
 //   Lanes16     sixteen float32 lanes (AVX-512)
 // Each has F (the value type, with + − * as ordinary arithmetic), load/store for the storage
-// types, set1, sigmoid, and D: double accumulators for one F (sums of many elements are kept in
+// types, set1, sigmoid, exp, max, the horizontal hmax and hsumf of one F, and D: double accumulators for one F (sums of many elements are kept in
 // double, so a per-channel sum over 10^5 elements loses nothing to float rounding).
 // A loop written against this interface must be compiled for its target: see
 // batch_norm_silu_loops.h, which is included once per path under `#pragma GCC target`.
 #pragma once
+
+#include <algorithm>
 
 #include "ops/cpu/vec_math.h"
 
@@ -25,6 +27,10 @@ struct Lanes1 {
   static void store(T* p, F v) { *p = T(v); }
   static F set1(A v) { return v; }
   static F sigmoid(F z) { return cpu::sigmoid(z); }
+  static F exp(F z) { return std::exp(z); }
+  static F max(F a, F b) { return a < b ? b : a; }
+  static A hmax(F v) { return v; }
+  static A hsumf(F v) { return v; }
   static D dzero() { return 0; }
   // s1 += a, s2 += a·b
   static void accumulate(D& s1, D& s2, F a, F b) {
@@ -46,6 +52,20 @@ struct Lanes8 {
   OPFUSE_AVX2 static void store(c10::BFloat16* p, F v) { store8(p, v); }
   OPFUSE_AVX2 static F set1(float v) { return _mm256_set1_ps(v); }
   OPFUSE_AVX2 static F sigmoid(F z) { return sigmoid8(z); }
+  OPFUSE_AVX2 static F exp(F z) { return exp8(z); }
+  OPFUSE_AVX2 static F max(F a, F b) { return _mm256_max_ps(a, b); }
+  OPFUSE_AVX2 static float hmax(F v) {
+    alignas(32) float x[8];
+    _mm256_store_ps(x, v);
+    return std::max(std::max(std::max(x[0], x[1]), std::max(x[2], x[3])),
+                    std::max(std::max(x[4], x[5]), std::max(x[6], x[7])));
+  }
+  // The same pairwise order as Lanes16's lower half.
+  OPFUSE_AVX2 static float hsumf(F v) {
+    alignas(32) float x[8];
+    _mm256_store_ps(x, v);
+    return ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
+  }
   OPFUSE_AVX2 static D dzero() { return {_mm256_setzero_pd(), _mm256_setzero_pd()}; }
   OPFUSE_AVX2 static D widen(F v) {
     return {_mm256_cvtps_pd(_mm256_castps256_ps128(v)), _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))};
@@ -80,6 +100,25 @@ struct Lanes16 {
   OPFUSE_AVX512 static void store(c10::BFloat16* p, F v) { store16(p, v); }
   OPFUSE_AVX512 static F set1(float v) { return _mm512_set1_ps(v); }
   OPFUSE_AVX512 static F sigmoid(F z) { return sigmoid16(z); }
+  OPFUSE_AVX512 static F exp(F z) { return exp16(z); }
+  OPFUSE_AVX512 static F max(F a, F b) { return _mm512_max_ps(a, b); }
+  OPFUSE_AVX512 static float hmax(F v) {
+    alignas(64) float x[16];
+    _mm512_store_ps(x, v);
+    float top = x[0];
+    for (int j = 1; j < 16; ++j) top = std::max(top, x[j]);
+    return top;
+  }
+  OPFUSE_AVX512 static float hsumf(F v) {
+    alignas(64) float x[16];
+    _mm512_store_ps(x, v);
+    float s[2];
+    for (int h = 0; h < 2; ++h) {
+      const float* y = x + 8 * h;
+      s[h] = ((y[0] + y[1]) + (y[2] + y[3])) + ((y[4] + y[5]) + (y[6] + y[7]));
+    }
+    return s[0] + s[1];
+  }
   OPFUSE_AVX512 static D dzero() { return {_mm512_setzero_pd(), _mm512_setzero_pd()}; }
   OPFUSE_AVX512 static D widen(F v) {
     return {_mm512_cvtps_pd(_mm512_castps512_ps256(v)),

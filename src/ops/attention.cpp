@@ -1,0 +1,224 @@
+// opfuse::attention: front end, autograd and the C++ API. The tiles live in
+// cpu/attention_loops.h, the layout of heads in cpu/attention_kernel.cpp.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/OpMathType.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "opfuse/ops.h"
+#include "ops/checks.h"
+#include "ops/cpu/kernels.h"
+#include "ops/dispatch.h"
+
+namespace opfuse {
+namespace {
+
+using OptTensor = c10::optional<at::Tensor>;
+
+// [B·H, T, D] is one head per batch entry.
+at::Tensor as_heads(const at::Tensor& t) { return t.dim() == 3 ? t.unsqueeze(1) : t; }
+
+void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const char* op) {
+  check_input(q, op, "q");
+  check_input(k, op, "k");
+  check_input(v, op, "v");
+  TORCH_CHECK(q.dim() == 4 || q.dim() == 3, op, ": q must be [B, H, T, D] or [B·H, T, D], got ", q.sizes());
+  TORCH_CHECK(k.dim() == q.dim() && v.dim() == q.dim(), op, ": q, k and v must have as many dimensions, got ",
+              q.sizes(), ", ", k.sizes(), " and ", v.sizes());
+  TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(), op,
+              ": q, k and v must have one dtype, got ", q.scalar_type(), ", ", k.scalar_type(), " and ", v.scalar_type());
+  const int64_t n = q.dim();
+  TORCH_CHECK(k.sizes().slice(0, n - 2) == q.sizes().slice(0, n - 2) && v.sizes().slice(0, n - 2) == q.sizes().slice(0, n - 2),
+              op, ": q, k and v must share their leading dimensions, got ", q.sizes(), ", ", k.sizes(), " and ", v.sizes());
+  TORCH_CHECK(k.size(-1) == q.size(-1), op, ": k's last dimension must be q's (", q.size(-1), "), got ", k.sizes());
+  TORCH_CHECK(v.size(-2) == k.size(-2), op, ": v must have as many rows as k (", k.size(-2), "), got ", v.sizes());
+}
+
+double scale_of(const at::Tensor& q, c10::optional<double> scale) {
+  return scale ? *scale : 1.0 / std::sqrt(double(q.size(-1)));
+}
+
+// The mask as the kernel reads it: bool, or the accumulation dtype (converted before it is
+// broadcast, so a [T, S] mask is not copied per head), viewed as [B, H, T, S].
+at::Tensor mask_view(const OptTensor& mask, const at::Tensor& q, int64_t S, const char* op) {
+  if (!mask || !mask->defined()) return at::Tensor();
+  const at::Tensor& m = *mask;
+  TORCH_CHECK(m.device().is_cpu(), op, ": attn_mask must be a CPU tensor, got ", m.device());
+  TORCH_CHECK(m.scalar_type() == at::kBool || at::isFloatingType(m.scalar_type()), op,
+              ": attn_mask must be bool (true takes part) or floating (added to the scores), got ", m.scalar_type());
+  const std::vector<int64_t> full{q.size(0), q.size(1), q.size(2), S};
+  TORCH_CHECK(at::is_expandable_to(m.sizes(), full), op, ": attn_mask ", m.sizes(), " does not broadcast to [B, H, T, S] = ",
+              at::IntArrayRef(full));
+  const at::Tensor typed = m.scalar_type() == at::kBool ? m : m.to(at::toOpMathType(q.scalar_type()));
+  return typed.expand(full);
+}
+
+cpu::AttentionOptions options_of(const at::Tensor& q, bool causal, c10::optional<double> scale, double dropout_p,
+                                 const char* op) {
+  TORCH_CHECK(dropout_p >= 0 && dropout_p <= 1, op, ": dropout_p must be in [0, 1], got ", dropout_p);
+  return {causal, scale_of(q, scale), dropout_p, 0};
+}
+
+// One 64-bit draw from the generator (torch's default unless given): the dropout mask's seed.
+uint64_t draw_seed(c10::optional<at::Generator> generator) {
+  auto* gen = at::get_generator_or_default<at::CPUGeneratorImpl>(generator, at::detail::getDefaultCPUGenerator());
+  std::lock_guard<std::mutex> lock(gen->mutex_);
+  return gen->random64();
+}
+
+// The seed travels as an int64 tensor [1] holding its bits.
+at::Tensor seed_tensor(uint64_t seed) {
+  at::Tensor t = at::empty({1}, at::kLong);
+  std::memcpy(t.data_ptr<int64_t>(), &seed, sizeof seed);
+  return t;
+}
+
+uint64_t seed_of(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(t.numel() == 1 && t.scalar_type() == at::kLong, op, ": seed must be the int64 [1] that _forward returned");
+  uint64_t seed;
+  const int64_t bits = t.contiguous().data_ptr<int64_t>()[0];
+  std::memcpy(&seed, &bits, sizeof seed);
+  return seed;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_forward_cpu(const at::Tensor& q_in, const at::Tensor& k_in,
+                                                                     const at::Tensor& v_in, bool causal,
+                                                                     c10::optional<double> scale, const OptTensor& mask,
+                                                                     double dropout_p,
+                                                                     c10::optional<at::Generator> generator) {
+  constexpr const char* op = "opfuse::attention";
+  check_qkv(q_in, k_in, v_in, op);
+  const at::Tensor q = as_heads(q_in), k = as_heads(k_in), v = as_heads(v_in);
+  cpu::AttentionOptions options = options_of(q, causal, scale, dropout_p, op);
+  const at::Tensor m = mask_view(mask, q, k.size(2), op);
+  if (dropout_p > 0) options.seed = draw_seed(generator);
+  at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
+  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::toOpMathType(q.scalar_type())));
+  cpu::attention_forward_kernel(q, k, v, m, options, out, lse);
+  if (q_in.dim() == 3) out = out.squeeze(1), lse = lse.squeeze(1);
+  return {out, lse, seed_tensor(options.seed)};
+}
+
+at::Tensor attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                         c10::optional<double> scale, const OptTensor& mask, double dropout_p,
+                         c10::optional<at::Generator> generator) {
+  return std::get<0>(attention_forward_cpu(q, k, v, causal, scale, mask, dropout_p, generator));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
+    const at::Tensor& grad, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+    const at::Tensor& out_in, const at::Tensor& lse_in, const at::Tensor& seed, bool causal,
+    c10::optional<double> scale, const OptTensor& mask, double dropout_p) {
+  constexpr const char* op = "opfuse::attention_backward";
+  check_qkv(q_in, k_in, v_in, op);
+  check_input(grad, op, "grad");
+  check_input(out_in, op, "out");
+  const at::Tensor q = as_heads(q_in), k = as_heads(k_in), v = as_heads(v_in);
+  const at::Tensor out = as_heads(out_in), dout = as_heads(grad);
+  const std::vector<int64_t> out_shape{q.size(0), q.size(1), q.size(2), v.size(3)};
+  TORCH_CHECK(out.sizes() == at::IntArrayRef(out_shape) && dout.sizes() == out.sizes(), op,
+              ": grad and out must be [B, H, T, Dv] = ", at::IntArrayRef(out_shape), ", got ", grad.sizes(), " and ",
+              out_in.sizes());
+  TORCH_CHECK(grad.scalar_type() == q.scalar_type() && out.scalar_type() == q.scalar_type(), op,
+              ": grad and out must have q's dtype");
+  const at::Tensor lse = as_heads(lse_in.unsqueeze(-1)).squeeze(-1).contiguous();
+  TORCH_CHECK(lse.sizes() == out.sizes().slice(0, 3) && lse.scalar_type() == at::toOpMathType(q.scalar_type()), op,
+              ": lse must be the [B, H, T] ", at::toOpMathType(q.scalar_type()), " that _forward returned, got ",
+              lse_in.sizes(), " ", lse_in.scalar_type());
+  cpu::AttentionOptions options = options_of(q, causal, scale, dropout_p, op);
+  options.seed = seed_of(seed, op);
+  const at::Tensor m = mask_view(mask, q, k.size(2), op);
+  at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
+             dv = at::empty(v.sizes(), v.options());
+  cpu::attention_backward_kernel(dout, q, k, v, out, lse, m, options, dq, dk, dv);
+  if (q_in.dim() == 3) dq = dq.squeeze(1), dk = dk.squeeze(1), dv = dv.squeeze(1);
+  return {dq, dk, dv};
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+auto attention_op() {
+  static auto op = find_op<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool,
+                                      c10::optional<double>, const OptTensor&, double, c10::optional<at::Generator>)>(
+      "opfuse::attention");
+  return op;
+}
+auto forward_op() {
+  static auto op = find_op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, c10::optional<double>, const OptTensor&, double,
+      c10::optional<at::Generator>)>("opfuse::attention_forward");
+  return op;
+}
+auto backward_op() {
+  static auto op = find_op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+      const at::Tensor&, bool, c10::optional<double>, const OptTensor&, double)>("opfuse::attention_backward");
+  return op;
+}
+
+// Saves q, k, v, the output, the rows' log-sum-exp and the dropout seed: O(T·D) per head. The
+// probabilities are recomputed tile by tile in the backward.
+class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            bool causal, c10::optional<double> scale, const OptTensor& mask, double dropout_p,
+                            c10::optional<at::Generator> generator) {
+    TORCH_CHECK(!mask || !mask->defined() || !mask->requires_grad(),
+                "opfuse::attention: attn_mask gets no gradient; detach it or compute its gradient with the composite");
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [out, lse, seed] = forward_op().call(q, k, v, causal, scale, mask, dropout_p, generator);
+    ctx->save_for_backward({q, k, v, out, lse, seed});
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["scale"] = scale ? c10::IValue(*scale) : c10::IValue();
+    ctx->saved_data["mask"] = mask && mask->defined() ? c10::IValue(*mask) : c10::IValue();
+    ctx->saved_data["dropout_p"] = dropout_p;
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list none(8);
+    if (!grads[0].defined()) return none;
+    const auto s = ctx->get_saved_variables();
+    const auto& d = ctx->saved_data;
+    const c10::optional<double> scale = d.at("scale").isNone() ? c10::nullopt : c10::optional<double>(d.at("scale").toDouble());
+    const OptTensor mask = d.at("mask").isNone() ? c10::nullopt : OptTensor(d.at("mask").toTensor());
+    auto [dq, dk, dv] = backward_op().call(grads[0], s[0], s[1], s[2], s[3], s[4], s[5], d.at("causal").toBool(), scale,
+                                           mask, d.at("dropout_p").toDouble());
+    variable_list result = none;
+    result[0] = dq, result[1] = dk, result[2] = dv;
+    return result;
+  }
+};
+
+}  // namespace
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                     c10::optional<double> scale, const c10::optional<at::Tensor>& attn_mask, double dropout_p,
+                     c10::optional<at::Generator> generator) {
+  return attention_op().call(q, k, v, causal, scale, attn_mask, dropout_p, generator);
+}
+
+}  // namespace opfuse
+
+TORCH_LIBRARY_IMPL(opfuse, CPU, m) {
+  m.impl("attention", &opfuse::attention_cpu);
+  m.impl("attention_forward", &opfuse::attention_forward_cpu);
+  m.impl("attention_backward", &opfuse::attention_backward_cpu);
+}
+
+// The backward has no derivative of its own: double backward raises.
+TORCH_LIBRARY_IMPL(opfuse, Autograd, m) {
+  m.impl("attention", [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                         c10::optional<double> scale, const c10::optional<at::Tensor>& mask, double dropout_p,
+                         c10::optional<at::Generator> generator) {
+    return opfuse::AttentionFunction::apply(q, k, v, causal, scale, mask, dropout_p, generator);
+  });
+  m.impl("attention_forward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("attention_backward", torch::autograd::autogradNotImplementedFallback());
+}

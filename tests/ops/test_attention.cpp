@@ -1,0 +1,255 @@
+// opfuse::attention against a float64 composite (matmul, scale, mask, softmax, matmul and
+// autograd's gradients), on every CPU path and dtype.
+//
+// Stated bounds, per element, against the magnitude of the terms that make it (|·| taken inside
+// every sum: o ~ P·|V|, dv ~ Pᵀ·|dO|, ds ~ P·(|dO|·|V|ᵀ + Σ|dO|·o~), dq ~ scale·ds~·|K|,
+// dk ~ scale·ds~ᵀ·|Q|; P the float64 probabilities):
+//   float32   ≤ 2e-5 · terms   (scores are D-term float dot products; exp ≤ 2 ulp)
+//   float64   ≤ 1e-12 · terms
+//   bfloat16  ≤ 1e-2 · terms   (bfloat16 inputs, float arithmetic, each output rounded once)
+// Dropout is checked by reproducibility under a seed, by the kept fraction against its binomial
+// spread, and by recovering the drawn mask (v = I) and checking the gradients against the
+// composite with that mask.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "opfuse/ops.h"
+#include "reference.h"
+
+namespace opfuse::testing {
+namespace {
+
+double rtol_for(at::ScalarType t) {
+  if (t == torch::kDouble) return 1e-12;
+  if (t == torch::kBFloat16) return 1e-2;
+  return 2e-5;
+}
+
+struct Case {
+  at::Tensor q, k, v;
+  bool causal = false;
+  c10::optional<at::Tensor> mask;
+  c10::optional<double> scale;
+};
+
+// The float64 composite: its output and its gradients for the output gradient dout; keep (when
+// given) multiplies the probabilities, as dropout's mask scaled by 1/(1 − p) does.
+struct Reference {
+  at::Tensor out, dq, dk, dv, out_terms, dq_terms, dk_terms, dv_terms;
+};
+
+Reference reference(const Case& c, const at::Tensor& dout, const at::Tensor& keep = {}) {
+  auto d = [](const at::Tensor& t) { return t.detach().to(torch::kDouble); };
+  at::Tensor q = d(c.q).requires_grad_(), k = d(c.k).requires_grad_(), v = d(c.v).requires_grad_();
+  const double scale = c.scale ? *c.scale : 1 / std::sqrt(double(c.q.size(-1)));
+  at::Tensor s = torch::matmul(q, k.transpose(-2, -1)) * scale;
+  const int64_t T = s.size(-2), S = s.size(-1);
+  if (c.mask) {
+    const at::Tensor& m = *c.mask;
+    s = m.scalar_type() == torch::kBool ? s.masked_fill(m.logical_not(), -INFINITY) : s + d(m);
+  }
+  if (c.causal) s = s.masked_fill(torch::ones({T, S}, torch::kBool).triu(1), -INFINITY);
+  const at::Tensor p = torch::softmax(s, -1);
+  const at::Tensor pd = keep.defined() ? p * d(keep) : p;
+  Reference r;
+  r.out = torch::matmul(pd, v);
+  const at::Tensor g = d(dout);
+  r.out.backward(g);
+  r.dq = q.grad(), r.dk = k.grad(), r.dv = v.grad();
+  const at::Tensor P = pd.detach().abs(), P0 = p.detach();
+  const at::Tensor av = v.detach().abs(), ag = g.abs();
+  r.out_terms = torch::matmul(P, av);
+  r.dv_terms = torch::matmul(P.transpose(-2, -1), ag);
+  const at::Tensor delta_terms = (ag * r.out_terms).sum(-1, true);
+  const at::Tensor zeta = keep.defined() ? d(keep).abs() : torch::ones_like(P0);
+  const at::Tensor ds_terms = P0 * (torch::matmul(ag, av.transpose(-2, -1)) * zeta + delta_terms);
+  r.dq_terms = scale * torch::matmul(ds_terms, k.detach().abs()) + r.dq.abs();
+  r.dk_terms = scale * torch::matmul(ds_terms.transpose(-2, -1), q.detach().abs()) + r.dk.abs();
+  r.out_terms = r.out_terms + r.out.detach().abs();
+  r.dv_terms = r.dv_terms + r.dv.abs();
+  return r;
+}
+
+struct Result {
+  at::Tensor out, dq, dk, dv;
+};
+
+// seed (when given) seeds torch's generator just before the call, so dropout draws its mask from it.
+Result run(const Case& c, const at::Tensor& dout, double dropout_p = 0, c10::optional<uint64_t> seed = {}) {
+  if (seed) torch::manual_seed(*seed);
+  at::Tensor q = c.q.detach().requires_grad_(), k = c.k.detach().requires_grad_(), v = c.v.detach().requires_grad_();
+  at::Tensor out = opfuse::attention(q, k, v, c.causal, c.scale, c.mask, dropout_p);
+  out.backward(dout);
+  return {out.detach(), q.grad(), k.grad(), v.grad()};
+}
+
+void check(const Case& c, const std::string& what, const at::Tensor& keep = {}, double dropout_p = 0,
+           c10::optional<uint64_t> seed = {}) {
+  const at::ScalarType dtype = c.q.scalar_type();
+  auto out_shape = c.q.sizes().vec();
+  out_shape.back() = c.v.size(-1);
+  const at::Tensor dout = torch::randn(out_shape).to(dtype);
+  const Result got = run(c, dout, dropout_p, seed);
+  const Reference ref = reference(c, dout, keep);
+  ASSERT_EQ(got.out.scalar_type(), dtype);
+  const double rtol = rtol_for(dtype);
+  expect_close(got.out, ref.out.detach(), rtol * ref.out_terms, what + " out");
+  expect_close(got.dq, ref.dq, rtol * ref.dq_terms, what + " dq");
+  expect_close(got.dk, ref.dk, rtol * ref.dk_terms, what + " dk");
+  expect_close(got.dv, ref.dv, rtol * ref.dv_terms, what + " dv");
+}
+
+Case random_case(std::vector<int64_t> q_shape, int64_t S, int64_t Dv, at::ScalarType dtype) {
+  auto k_shape = q_shape, v_shape = q_shape;
+  k_shape[k_shape.size() - 2] = S;
+  v_shape[v_shape.size() - 2] = S, v_shape.back() = Dv;
+  return {torch::randn(q_shape).to(dtype), torch::randn(k_shape).to(dtype), torch::randn(v_shape).to(dtype)};
+}
+
+class AttentionTest : public PathAndDtypeTest {};
+
+TEST_P(AttentionTest, MatchesFloat64CompositeOnFreshRandomData) {
+  const auto [cap, dtype] = GetParam();
+  CapabilityScope scope(cap);
+  SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
+  for (bool causal : {false, true}) {
+    // Rows and keys not multiples of a tile or a vector; several tiles; head dims 32–128.
+    Case a = random_case({2, 3, 77, 48}, 77, 48, dtype);
+    a.causal = causal;
+    check(a, c10::str("[2,3,77,48] causal=", causal));
+    Case b = random_case({1, 2, 130, 64}, 130, 64, dtype);
+    b.causal = causal;
+    check(b, c10::str("[1,2,130,64] causal=", causal));
+    Case c = random_case({2, 1, 40, 128}, 40, 128, dtype);
+    c.causal = causal;
+    check(c, c10::str("[2,1,40,128] causal=", causal));
+  }
+  // More keys than queries, Dv ≠ D, an explicit scale, and the [B·H, T, D] form.
+  Case cross = random_case({2, 2, 5, 32}, 200, 40, dtype);
+  cross.scale = 0.3;
+  check(cross, "cross attention");
+  check(random_case({6, 33, 16}, 33, 16, dtype), "[B·H, T, D]");
+}
+
+TEST_P(AttentionTest, BooleanAndAdditiveMasks) {
+  const auto [cap, dtype] = GetParam();
+  CapabilityScope scope(cap);
+  SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
+  const int64_t T = 70, S = 90;
+  // Every row keeps its first key, so no row is masked whole.
+  at::Tensor keep = torch::rand({T, S}) > 0.4;
+  keep.select(1, 0).fill_(true);
+  Case b = random_case({2, 3, T, 32}, S, 32, dtype);
+  b.mask = keep;
+  check(b, "bool mask [T, S]");
+  b.causal = true;
+  check(b, "bool mask and causal");
+  Case a = random_case({2, 3, T, 32}, S, 32, dtype);
+  a.mask = torch::randn({2, 1, T, S}) * 2;
+  check(a, "additive mask [B, 1, T, S]");
+}
+
+TEST_P(AttentionTest, StridedInputs) {
+  const auto [cap, dtype] = GetParam();
+  CapabilityScope scope(cap);
+  SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
+  // minGPT's layout: one [B, T, 3·C] projection split and viewed as heads.
+  const int64_t B = 2, T = 67, H = 3, D = 32;
+  const at::Tensor qkv = torch::randn({B, T, 3 * H * D}).to(dtype);
+  auto head = [&](int64_t i) { return qkv.narrow(2, i * H * D, H * D).view({B, T, H, D}).transpose(1, 2); };
+  Case c{head(0), head(1), head(2), true};
+  ASSERT_FALSE(c.q.is_contiguous());
+  check(c, "split qkv");
+  // Last dimension not unit-stride.
+  Case t{torch::randn({B, H, D, T}).to(dtype).transpose(-1, -2), torch::randn({B, H, T, D}).to(dtype),
+         torch::randn({B, H, D, T}).to(dtype).transpose(-1, -2)};
+  check(t, "transposed q and v");
+}
+
+TEST_P(AttentionTest, DropoutIsReproducibleAndMatchesItsMask) {
+  const auto [cap, dtype] = GetParam();
+  CapabilityScope scope(cap);
+  SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
+  const double p = 0.3;
+  const int64_t B = 2, H = 2, T = 75, S = 75;
+  Case c = random_case({B, H, T, 32}, S, 32, dtype);
+  c.causal = true;
+  const at::Tensor dout = torch::randn({B, H, T, 32}).to(dtype);
+  const uint64_t seed = torch::randint(1 << 30, {1}).item<int64_t>();
+  const Result first = run(c, dout, p, seed);
+  const Result again = run(c, dout, p, seed);
+  EXPECT_TRUE(torch::equal(first.out, again.out) && torch::equal(first.dq, again.dq) &&
+              torch::equal(first.dk, again.dk) && torch::equal(first.dv, again.dv))
+      << "the same seed must give the same mask, forward and backward";
+  const Result other = run(c, dout, p);
+  EXPECT_FALSE(torch::equal(first.out, other.out)) << "a new draw must give a new mask";
+
+  // v = I makes the output the dropped probabilities themselves: its zeros are the mask.
+  torch::manual_seed(seed);
+  const at::Tensor eye = torch::eye(S).to(dtype).expand({B, H, S, S});
+  const at::Tensor dropped = opfuse::attention(c.q, c.k, eye, true, c10::nullopt, c10::nullopt, p);
+  const at::Tensor causal = torch::ones({T, S}, torch::kBool).tril();
+  const at::Tensor kept = (dropped != 0) & causal;
+  const double n = causal.sum().item<double>() * B * H, fraction = kept.sum().item<double>() / n;
+  EXPECT_NEAR(fraction, 1 - p, 5 * std::sqrt(p * (1 - p) / n)) << "kept fraction of " << n << " probabilities";
+
+  const at::Tensor keep = kept.to(torch::kDouble) / (1 - p);
+  check(c, "dropout with its recovered mask", keep, p, seed);
+}
+
+TEST_P(AttentionTest, SameBitsForAnyThreadCount) {
+  const auto [cap, dtype] = GetParam();
+  CapabilityScope scope(cap);
+  SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
+  Case c = random_case({2, 3, 100, 32}, 100, 32, dtype);
+  c.causal = true;
+  const at::Tensor dout = torch::randn({2, 3, 100, 32}).to(dtype);
+  Result one, two;
+  {
+    ThreadScope threads(1);
+    one = run(c, dout);
+  }
+  {
+    ThreadScope threads(2);
+    two = run(c, dout);
+  }
+  EXPECT_TRUE(torch::equal(one.out, two.out) && torch::equal(one.dq, two.dq) && torch::equal(one.dk, two.dk) &&
+              torch::equal(one.dv, two.dv));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, AttentionTest, every_path_and_dtype(), path_and_dtype_name);
+
+TEST(Attention, ClearErrors) {
+  const at::Tensor q = torch::randn({2, 3, 8, 16}), k = torch::randn({2, 3, 9, 16}), v = torch::randn({2, 3, 9, 16});
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] { opfuse::attention(q, k.narrow(-1, 0, 8), v); }).find("k's last dimension"), std::string::npos);
+  EXPECT_NE(message([&] { opfuse::attention(q, k, v.to(torch::kDouble)); }).find("one dtype"), std::string::npos);
+  EXPECT_NE(message([&] { opfuse::attention(q, k, v, false, c10::nullopt, torch::ones({8, 5}, torch::kBool)); })
+                .find("does not broadcast"),
+            std::string::npos);
+  EXPECT_NE(message([&] { opfuse::attention(q, k, v, false, c10::nullopt, c10::nullopt, 1.5); }).find("dropout_p"),
+            std::string::npos);
+  const at::Tensor mask = torch::zeros({8, 9}).requires_grad_();
+  EXPECT_NE(message([&] { opfuse::attention(q, k, v, false, c10::nullopt, mask); }).find("no gradient"),
+            std::string::npos);
+  // The backward has no derivative of its own.
+  at::Tensor qr = q.clone().requires_grad_();
+  const at::Tensor out = opfuse::attention(qr, k, v);
+  EXPECT_NE(message([&] {
+              const auto grads = torch::autograd::grad({out.sum()}, {qr}, {}, true, true);
+              grads[0].sum().backward();
+            }).find("opfuse::attention_backward is not implemented"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace opfuse::testing
