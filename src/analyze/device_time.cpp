@@ -84,7 +84,7 @@ struct StepFilter {
     steps = static_cast<int64_t>(m.steps.size());
     if (steps < 2) return;
     active = true;
-    for (int32_t s : m.steps) last_start = std::max(last_start, t.events[s].ts);
+    last_start = t.events[m.steps.back()].ts;  // steps are in time order
     steps = std::count_if(m.steps.begin(), m.steps.end(), [&](int32_t s) { return t.events[s].ts < last_start; });
   }
 
