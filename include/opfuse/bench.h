@@ -11,10 +11,14 @@
 namespace opfuse::bench {
 
 struct OpBenchOptions {
-  std::string op = "silu";  // silu | swish | se_gate | batch_norm_silu | drop_connect_add | rms_norm | swiglu
+  std::string op = "silu";  // one of benchmarked_ops()
   // 0: the op's default, 6'400'000 elements, or [16, 96, 56, 56] for batch_norm_silu and
   // drop_connect_add; se_gate and those two take [16, C, 56, 56] of about numel elements.
   int64_t numel = 0;
+  // attention: q, k, v [4, 6, seq_len, head_dim], causal, dropout_p on the probabilities.
+  int64_t seq_len = 256;
+  int64_t head_dim = 64;
+  double dropout_p = 0;
   int threads = 0;  // 0: all hardware threads
   int rounds = 15;
   int warmup = 2;
@@ -26,6 +30,9 @@ struct VariantTiming {
   std::string what;  // the code it runs, for the table
   measure::Series ms;  // forward+backward, one per round
   double spread = 0;   // slowest round / fastest
+  // Most bytes held through torch's CPU allocator during one forward+backward beyond what was
+  // held before it (gradients included, inputs not).
+  int64_t peak_bytes = 0;
 };
 
 struct OpBenchResult {
@@ -33,6 +40,10 @@ struct OpBenchResult {
   std::string shape;  // e.g. [6400000] or [16, 128, 56, 56]
   std::string capability;  // the CPU path the opfuse kernels took
   int64_t numel = 0;
+  // attention: q, k, v [4, 6, seq_len, head_dim], causal, dropout_p on the probabilities.
+  int64_t seq_len = 256;
+  int64_t head_dim = 64;
+  double dropout_p = 0;
   int threads = 0;
   std::vector<VariantTiming> variants;  // reference, aten, opfuse
   measure::Ratio speedup_vs_reference;  // paired rounds

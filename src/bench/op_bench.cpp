@@ -2,11 +2,14 @@
 // one process (measure::interleave), each ratio from paired rounds — an absolute time on a shared
 // 2-core machine means little, the ratio within one run does.
 #include <ATen/Parallel.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <stdexcept>
 #include <thread>
@@ -136,7 +139,40 @@ Case swiglu_case(int64_t numel) {
   return c;
 }
 
-Case make_case(const std::string& op, int64_t numel_option) {
+// minGPT's causal self-attention on [B, H, T, D] heads: the mask a registered tril buffer sliced
+// to T, attention dropout on the probabilities.
+Case attention_case(const OpBenchOptions& o) {
+  const int64_t B = 4, H = 6, T = o.seq_len, D = o.head_dim;
+  const double p = o.dropout_p, scale = 1 / std::sqrt(double(D));
+  if (T < 1 || D < 1) throw std::invalid_argument("--seq-len and --head-dim must be positive");
+  if (o.numel != 0) throw std::invalid_argument("attention is sized by --seq-len and --head-dim, not --numel");
+  if (p < 0 || p >= 1) throw std::invalid_argument("--dropout must be in [0, 1)");
+  Case c;
+  at::Tensor q = torch::randn({B, H, T, D}).requires_grad_(), k = torch::randn({B, H, T, D}).requires_grad_(),
+             v = torch::randn({B, H, T, D}).requires_grad_();
+  const at::Tensor bias = torch::ones({T, T}).tril().view({1, 1, T, T});
+  c.leaves = {q, k, v};
+  c.grad_output = torch::randn({B, H, T, D});
+  c.variants = {
+      {"reference", "softmax((q @ kᵀ * scale).masked_fill(bias[:T, :T] == 0, -inf)) → dropout → @ v (minGPT)",
+       [=] {
+         const at::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * scale;
+         const at::Tensor probs = torch::softmax(att.masked_fill(bias.slice(2, 0, T).slice(3, 0, T) == 0, -INFINITY), -1);
+         return torch::matmul(torch::dropout(probs, p, true), v);
+       }},
+      {"aten", "at::_scaled_dot_product_attention (torch 1.13's composite)",
+       [=] { return std::get<0>(at::_scaled_dot_product_attention(q, k, v, {}, p, false, true)); }},
+      {"opfuse", "opfuse::attention (tiled, causal)",
+       [=] { return opfuse::attention(q, k, v, true, c10::nullopt, c10::nullopt, p); }}};
+  // forward reads q, k, v and writes o; backward reads them, o and do, writes dq, dk, dv
+  c.bytes_per_step = 12.0 * q.numel() * sizeof(float);
+  return c;
+}
+
+Case make_case(const OpBenchOptions& options) {
+  const std::string& op = options.op;
+  const int64_t numel_option = options.numel;
+  if (op == "attention") return attention_case(options);
   if (op == "batch_norm_silu") return batch_norm_silu_case(numel_option);
   if (op == "rms_norm") return rms_norm_case(numel_option);
   if (op == "swiglu") return swiglu_case(numel_option);
@@ -178,11 +214,41 @@ double elapsed_ms(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-double time_step(const Case& c, const Variant& v) {
+void clear_grads(const Case& c) {
   for (const auto& leaf : c.leaves) leaf.mutable_grad() = at::Tensor();
+}
+
+double time_step(const Case& c, const Variant& v) {
+  clear_grads(c);
   const auto start = Clock::now();
   v.forward().backward(c.grad_output);
   return elapsed_ms(start);
+}
+
+// Follows the bytes torch's CPU allocator holds: c10 reports each allocation and free to the
+// memory hook installed on the thread (the profiler's mechanism; the autograd engine carries
+// it into the backward).
+class PeakMemory : public c10::MemoryReportingInfoBase {
+ public:
+  void reportMemoryUsage(void*, int64_t bytes, int64_t, int64_t, c10::Device) override {
+    held_ += bytes;
+    peak_ = std::max(peak_, held_);
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+  int64_t peak() const { return peak_; }
+
+ private:
+  int64_t held_ = 0, peak_ = 0;
+};
+
+int64_t peak_bytes(const Case& c, const Variant& v) {
+  clear_grads(c);
+  auto memory = std::make_shared<PeakMemory>();
+  {
+    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, memory);
+    v.forward().backward(c.grad_output);
+  }
+  return memory->peak();
 }
 
 // Five calls per round: a call that stalls (see measure::Options::calls) is not the round's figure.
@@ -195,8 +261,8 @@ std::string shape_string(at::IntArrayRef sizes) {
 }  // namespace
 
 const std::vector<std::string>& benchmarked_ops() {
-  static const std::vector<std::string> ops{"silu", "swish", "se_gate", "batch_norm_silu", "drop_connect_add",
-                                            "rms_norm", "swiglu"};
+  static const std::vector<std::string> ops{"silu",     "swish",  "se_gate",  "batch_norm_silu", "drop_connect_add",
+                                            "rms_norm", "swiglu", "attention"};
   return ops;
 }
 
@@ -207,7 +273,7 @@ OpBenchResult bench_op(const OpBenchOptions& options) {
                                           : static_cast<int>(std::thread::hardware_concurrency());
   at::set_num_threads(threads);
   torch::manual_seed(0);
-  const Case c = make_case(options.op, options.numel);
+  const Case c = make_case(options);
 
   // The copy runs as a fourth variant, so memory's bandwidth is measured under the same conditions.
   const at::Tensor src = c.leaves[0].detach();
@@ -237,7 +303,7 @@ OpBenchResult bench_op(const OpBenchOptions& options) {
   result.environment = measure::environment();
   for (size_t i = 0; i < c.variants.size(); ++i) {
     const measure::Series& s = timing.variants[i];
-    result.variants.push_back({c.variants[i].name, c.variants[i].what, s, s.max / s.min});
+    result.variants.push_back({c.variants[i].name, c.variants[i].what, s, s.max / s.min, peak_bytes(c, c.variants[i])});
   }
   result.speedup_vs_reference = measure::ratio(timing, 0, 2);
   result.speedup_vs_aten = measure::ratio(timing, 1, 2);

@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdio>
 #include <memory>
@@ -22,7 +23,7 @@ struct BenchOpArgs {
 Run add_bench_op(CLI::App& app) {
   auto args = std::make_shared<BenchOpArgs>();
   auto* cmd = app.add_subcommand("bench-op", "Time a fused op against the composite it replaces and ATen");
-  cmd->add_option("NAME", args->options.op, "silu | swish | se_gate | batch_norm_silu | drop_connect_add | rms_norm | swiglu")
+  cmd->add_option("NAME", args->options.op, fmt::format("{}", fmt::join(bench::benchmarked_ops(), " | ")))
       ->required()
       ->check(CLI::IsMember(bench::benchmarked_ops()));
   cmd->add_option("--numel", args->options.numel,
@@ -30,6 +31,15 @@ Run add_bench_op(CLI::App& app) {
                   "of about that size, default [16, 96, 56, 56] for the last two; rms_norm: [numel / 768, 768], default "
                   "[1024, 768]; swiglu: gate and up [numel / 2048, 2048], default [1024, 2048])")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len", args->options.seq_len, "attention: tokens T of q, k, v [4, 6, T, head-dim]")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--head-dim", args->options.head_dim, "attention: head dimension D")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--dropout", args->options.dropout_p, "attention: dropout probability on the attention weights")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.99));
   cmd->add_option("--threads", args->options.threads, "intra-op threads (0: all cores)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -22,13 +22,13 @@ std::string format_op_bench(const bench::OpBenchResult& r) {
   for (const auto& v : r.variants) {
     rows.push_back({v.name, v.what, fmt::format("{:.3f} {}", v.ms.median, format_interval(v.ms.ci, "{:.3f}")),
                     fmt::format("{:.3f}-{:.3f}", v.ms.min, v.ms.max), fmt::format("{:.2f}", v.spread),
-                    fmt::format("x{:.2f}", v.ms.median / fused)});
+                    fmt::format("x{:.2f}", v.ms.median / fused), fmt::format("{:.1f}", v.peak_bytes / 1048576.0)});
   }
   std::string out = fmt::format("bench-op {}  shape {}  float32  threads {}  cpu path {}\n", r.op, r.shape,
                                 r.threads, r.capability);
   out += format_environment(r.environment) + format_machine(r.machine);
   out += fmt::format("\nforward+backward per call, {} rounds interleaved (opfuse = x1.00; higher is slower)\n\n", r.rounds);
-  out += format_table({"variant", "runs", "median ms [95% CI]", "range ms", "max/min", "vs opfuse"}, rows);
+  out += format_table({"variant", "runs", "median ms [95% CI]", "range ms", "max/min", "vs opfuse", "peak MiB"}, rows);
   out += fmt::format("\nopfuse vs reference  {} (paired rounds)\nopfuse vs aten       {}\n",
                      ratio_cell(r.speedup_vs_reference), ratio_cell(r.speedup_vs_aten));
   out += fmt::format("opfuse bandwidth     {:.1f} GB/s (copy in the same run: {:.1f} GB/s)\n", r.opfuse_gbps,
@@ -45,7 +45,8 @@ nlohmann::json op_bench_json(const bench::OpBenchResult& r) {
                         {"ms", v.ms.median},
                         {"ms_ci", interval_json(v.ms.ci)},
                         {"ms_rounds", v.ms.ms},
-                        {"spread", v.spread}});
+                        {"spread", v.spread},
+                        {"peak_bytes", v.peak_bytes}});
   }
   return {{"op", r.op},
           {"numel", r.numel},

@@ -101,17 +101,36 @@ struct Grad {
   const A* lse;
 };
 
-// A thread's working memory; the backward's also holds one head's dq and the row terms Σ do·o.
+// A thread's working memory, carved from one tensor allocated on the calling thread (so torch's
+// allocator, and a memory profiler, see it); the backward's also holds one head's dq and the
+// row terms Σ do·o.
 template <typename A>
 struct Scratch {
-  std::vector<A> s, dp, pz, z, bias, o, m, l, delta, dq, dk, dv;
-  Scratch(const Problem& p, bool backward)
-      : s(kTile * kTile), z(kTile * kTile), bias(kTile), o(kTile * p.Dv), m(kTile), l(kTile) {
-    if (!backward) return;
-    dp.resize(kTile * kTile), pz.resize(kTile * kTile), delta.resize(p.T);
-    dq.resize(p.T * p.D), dk.resize(kTile * p.D), dv.resize(kTile * p.Dv);
+  at::Tensor memory;
+  A *s, *dp, *pz, *z, *bias, *o, *m, *l, *delta, *dq, *dk, *dv;
+  Scratch(const Problem& p, bool backward) {
+    const int64_t tile = kTile * kTile;
+    const std::vector<int64_t> sizes{tile, backward ? tile : 0, backward ? tile : 0, tile, kTile, kTile * p.Dv, kTile,
+                                     kTile, backward ? p.T : 0, backward ? p.T * p.D : 0, backward ? kTile * p.D : 0,
+                                     backward ? kTile * p.Dv : 0};
+    int64_t total = 0;
+    for (int64_t n : sizes) total += n;
+    memory = at::empty({total}, at::TensorOptions().dtype(c10::CppTypeToScalarType<A>::value));
+    A* next = memory.data_ptr<A>();
+    for (auto [field, n] : {std::pair{&s, sizes[0]}, {&dp, sizes[1]}, {&pz, sizes[2]}, {&z, sizes[3]}, {&bias, sizes[4]},
+                            {&o, sizes[5]}, {&m, sizes[6]}, {&l, sizes[7]}, {&delta, sizes[8]}, {&dq, sizes[9]},
+                            {&dk, sizes[10]}, {&dv, sizes[11]}})
+      *field = next, next += n;
   }
 };
+
+// One Scratch per thread that parallel_for may run on, indexed by at::get_thread_num().
+template <typename A>
+std::vector<Scratch<A>> scratch_per_thread(const Problem& p, bool backward) {
+  std::vector<Scratch<A>> scratch;
+  for (int t = 0; t < at::get_num_threads(); ++t) scratch.emplace_back(p, backward);
+  return scratch;
+}
 
 #define OPFUSE_LOOPS "ops/cpu/attention_loops.h"
 #include "ops/cpu/per_path.h"
@@ -157,8 +176,9 @@ void forward_impl(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tens
   T* op = out.data_ptr<T>();
   A* lp = lse.data_ptr<A>();
   // One task per (head, query block): blocks are independent, so even one head fills every thread.
+  std::vector<Scratch<A>> scratch = scratch_per_thread<A>(p, false);
   at::parallel_for(0, int64_t(heads.size()) * blocks, 1, [&](int64_t begin, int64_t end) {
-    Scratch<A> w(p, false);
+    Scratch<A>& w = scratch[at::get_thread_num()];
     for (int64_t t = begin; t < end; ++t) {
       const int64_t bh = t / blocks, i0 = (t % blocks) * kTile, rows = std::min(kTile, p.T - i0);
       OPFUSE_ON_PATH(T, forward_block,
@@ -181,8 +201,9 @@ void backward_impl(const at::Tensor& dout_in, const at::Tensor& q_in, const at::
   T *dqp = dq.data_ptr<T>(), *dkp = dk.data_ptr<T>(), *dvp = dv.data_ptr<T>();
   const int64_t H = q.size(1);
   // One task per head: its key tiles all add into the head's dq.
+  std::vector<Scratch<A>> scratch = scratch_per_thread<A>(p, true);
   at::parallel_for(0, int64_t(heads.size()), 1, [&](int64_t begin, int64_t end) {
-    Scratch<A> w(p, true);
+    Scratch<A>& w = scratch[at::get_thread_num()];
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / H, h = bh % H;
       const Grad<A> g{dout.data_ptr<A>() + b * dout.stride(0) + h * dout.stride(1),

@@ -133,15 +133,15 @@ void forward_block(const Head<typename V::A>& h, const Problem& p, int64_t bh, i
                    Scratch<typename V::A>& w, T* out, int64_t ldo, typename V::A* lse) {
   using A = typename V::A;
   constexpr A kNegInf = -std::numeric_limits<A>::infinity();
-  std::fill(w.o.begin(), w.o.begin() + rows * p.Dv, A(0));
-  std::fill(w.m.begin(), w.m.begin() + rows, kNegInf);
-  std::fill(w.l.begin(), w.l.begin() + rows, A(0));
+  std::fill_n(w.o, rows * p.Dv, A(0));
+  std::fill_n(w.m, rows, kNegInf);
+  std::fill_n(w.l, rows, A(0));
   const int64_t keys = p.causal ? std::min(p.S, i0 + rows) : p.S;
   for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
     const int64_t n = std::min(kTile, keys - j0);
-    tile_scores<V>(h, p, i0, rows, j0, n, w.s.data(), w.bias.data());
+    tile_scores<V>(h, p, i0, rows, j0, n, w.s, w.bias);
     for (int64_t r = 0; r < rows; ++r) {
-      A* row = w.s.data() + r * kTile;
+      A* row = w.s + r * kTile;
       const A top = std::max(w.m[r], add_bias_and_max<V>(row, nullptr, n));
       const A shift = top == kNegInf ? A(0) : top;  // a row masked so far: every p is 0
       const A rescale = std::exp(w.m[r] - shift);
@@ -149,17 +149,17 @@ void forward_block(const Head<typename V::A>& h, const Problem& p, int64_t bh, i
       w.m[r] = top;
       if (rescale != A(1)) scale_row<V>(&w.o[r * p.Dv], rescale, p.Dv, &w.o[r * p.Dv]);
       if (p.dropout) {
-        dropout_multipliers<V>(p, bh, i0 + r, j0, n, w.z.data());
-        multiply_row<V>(row, w.z.data(), n, row);
+        dropout_multipliers<V>(p, bh, i0 + r, j0, n, w.z);
+        multiply_row<V>(row, w.z, n, row);
       }
     }
-    gemm<A>(false, false, rows, p.Dv, n, A(1), w.s.data(), kTile, h.v + j0 * h.ldv, h.ldv, A(1), w.o.data(), p.Dv);
+    gemm<A>(false, false, rows, p.Dv, n, A(1), w.s, kTile, h.v + j0 * h.ldv, h.ldv, A(1), w.o, p.Dv);
   }
   for (int64_t r = 0; r < rows; ++r) {
     scale_row<V>(&w.o[r * p.Dv], A(1) / w.l[r], p.Dv, &w.o[r * p.Dv]);  // l = 0 (all masked): NaN, as softmax
     lse[i0 + r] = w.m[r] + std::log(w.l[r]);
   }
-  store_rows<V>(w.o.data(), p.Dv, rows, p.Dv, out + i0 * ldo, ldo);
+  store_rows<V>(w.o, p.Dv, rows, p.Dv, out + i0 * ldo, ldo);
 }
 
 // The gradients of one (batch, head). g holds do and o (accumulation type, rows of Dv) and
@@ -169,16 +169,16 @@ void backward_head(const Head<typename V::A>& h, const Grad<typename V::A>& g, c
                    Scratch<typename V::A>& w, T* dq, T* dk, T* dv) {
   using A = typename V::A;
   for (int64_t i = 0; i < p.T; ++i) w.delta[i] = dot_row<V>(g.dout + i * g.ld_dout, g.out + i * g.ld_out, p.Dv);
-  std::fill(w.dq.begin(), w.dq.end(), A(0));
+  std::fill_n(w.dq, p.T * p.D, A(0));
   const A scale = A(p.scale);
   for (int64_t j0 = 0; j0 < p.S; j0 += kTile) {
     const int64_t n = std::min(kTile, p.S - j0);
-    std::fill(w.dk.begin(), w.dk.end(), A(0));
-    std::fill(w.dv.begin(), w.dv.end(), A(0));
+    std::fill_n(w.dk, kTile * p.D, A(0));
+    std::fill_n(w.dv, kTile * p.Dv, A(0));
     for (int64_t i0 = p.causal ? j0 / kTile * kTile : 0; i0 < p.T; i0 += kTile) {
       const int64_t rows = std::min(kTile, p.T - i0);
-      A *s = w.s.data(), *dp = w.dp.data(), *pz = p.dropout ? w.pz.data() : s;
-      tile_scores<V>(h, p, i0, rows, j0, n, s, w.bias.data());
+      A *s = w.s, *dp = w.dp, *pz = p.dropout ? w.pz : s;
+      tile_scores<V>(h, p, i0, rows, j0, n, s, w.bias);
       for (int64_t r = 0; r < rows; ++r) {
         A* row = s + r * kTile;
         exp_and_sum<V>(row, g.lse[i0 + r], n);
@@ -188,15 +188,15 @@ void backward_head(const Head<typename V::A>& h, const Grad<typename V::A>& g, c
         }
       }
       const A* dout = g.dout + i0 * g.ld_dout;
-      gemm<A>(true, false, n, p.Dv, rows, A(1), pz, kTile, dout, g.ld_dout, A(1), w.dv.data(), p.Dv);
+      gemm<A>(true, false, n, p.Dv, rows, A(1), pz, kTile, dout, g.ld_dout, A(1), w.dv, p.Dv);
       gemm<A>(false, true, rows, n, p.Dv, A(1), dout, g.ld_dout, h.v + j0 * h.ldv, h.ldv, A(0), dp, kTile);
       for (int64_t r = 0; r < rows; ++r)
         softmax_grad_row<V>(s + r * kTile, dp + r * kTile, p.dropout ? &w.z[r * kTile] : nullptr, w.delta[i0 + r], n);
       gemm<A>(false, false, rows, p.D, n, scale, s, kTile, h.k + j0 * h.ldk, h.ldk, A(1), &w.dq[i0 * p.D], p.D);
-      gemm<A>(true, false, n, p.D, rows, scale, s, kTile, h.q + i0 * h.ldq, h.ldq, A(1), w.dk.data(), p.D);
+      gemm<A>(true, false, n, p.D, rows, scale, s, kTile, h.q + i0 * h.ldq, h.ldq, A(1), w.dk, p.D);
     }
-    store_rows<V>(w.dk.data(), p.D, n, p.D, dk + j0 * p.D, p.D);
-    store_rows<V>(w.dv.data(), p.Dv, n, p.Dv, dv + j0 * p.Dv, p.Dv);
+    store_rows<V>(w.dk, p.D, n, p.D, dk + j0 * p.D, p.D);
+    store_rows<V>(w.dv, p.Dv, n, p.Dv, dv + j0 * p.Dv, p.Dv);
   }
-  store_rows<V>(w.dq.data(), p.D, p.T, p.D, dq, p.D);
+  store_rows<V>(w.dq, p.D, p.T, p.D, dq, p.D);
 }
