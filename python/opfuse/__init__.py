@@ -8,7 +8,6 @@ already have, with your inputs, loss and optimizer.
 The loop, the analysis and the profiler are opfuse's C++ core (opfuse._C), the same code the
 `opfuse` command runs.
 """
-import copy
 import json
 import os
 import sys
@@ -19,7 +18,7 @@ from . import _native
 
 _C = _native.load(__path__)
 
-from . import functional, nn  # noqa: E402
+from . import functional, nn, rewrite  # noqa: E402
 from .workload import make as _make_workload  # noqa: E402
 
 __all__ = ["tune", "patch", "profile", "analyze", "environment", "TuneResult", "Analysis", "functional", "nn"]
@@ -105,14 +104,14 @@ def _copy_of(model):
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
     try:
-        return copy.deepcopy(model)
+        return rewrite.copy_model(model)
     except Exception as e:
         raise TypeError(f"opfuse works on a copy of the model, and {type(model).__name__} cannot be deep-copied: {e}") from e
 
 
 def _check_runs(model, inputs, loss_fn):
     """One forward (and the loss) on a throwaway copy, so a mismatch is named before long work."""
-    trial = copy.deepcopy(model)
+    trial = rewrite.copy_model(model)
     trial.train()
     try:
         out = trial(*inputs)

@@ -68,3 +68,71 @@ def rms_norm_composite(x, weight, eps):
     """The chain as Llama writes it (in float, rounded back to x's dtype, times weight)."""
     y = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).type_as(x)
     return y * weight if weight is not None else y
+
+
+def attention(q, k, v, causal=False, scale=None, attn_mask=None, dropout_p=0.0):
+    """softmax(scale · q kᵀ + mask) · v over q [B, H, T, D], k, v [B, H, S, *], as
+    F.scaled_dot_product_attention: attn_mask bool (true takes part) or additive. On the CPU,
+    opfuse's tiled op (no [T, S] matrix stored; the dropout mask drawn from torch's generator but
+    not the composite's draws)."""
+    if q.device.type == "cpu" and q.dtype == k.dtype == v.dtype and q.dim() in (3, 4):
+        return torch.ops.opfuse.attention(q, k, v, causal, scale, attn_mask, float(dropout_p), None)
+    if hasattr(F, "scaled_dot_product_attention") and scale is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, causal)
+    return attention_composite(q, k, v, causal, scale, attn_mask, dropout_p)
+
+
+def attention_composite(q, k, v, causal=False, scale=None, attn_mask=None, dropout_p=0.0):
+    s = torch.matmul(q, k.transpose(-2, -1)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask
+    return torch.matmul(F.dropout(torch.softmax(s, -1), dropout_p, True), v)
+
+
+def attention_chain(q, kt, v, scale, zero_masked, additive, dropout, in_float=False):
+    """The attention chain a model wrote by hand, given what the fx pattern bound: the scores
+    q @ kt · scale, masked where zero_masked == 0 (minGPT's tril buffer) or plus the additive mask
+    (llama2.c's), softmax (in float32 when in_float: llama2.c's `.float()` … `.type_as(q)`), the
+    dropout module (if any), @ v. A mask that is exactly causal becomes causal=True, so the tiles
+    above the diagonal are skipped. float64 input to an in_float chain runs the chain itself: its
+    float32 softmax is the numerics to keep (as nn.RMSNorm's in_float)."""
+    k = kt.transpose(-2, -1)
+    p = dropout.p if dropout is not None and dropout.training else 0.0
+    if in_float and q.dtype == torch.float64:
+        s = torch.matmul(q, kt) * scale
+        s = s.masked_fill(zero_masked == 0, float("-inf")) if zero_masked is not None else s + additive
+        return torch.matmul(F.dropout(F.softmax(s.float(), dim=-1).type_as(q), p, True), v)
+    T, S = q.shape[-2], k.shape[-2]
+    mask, causal = None, False
+    if zero_masked is not None:
+        causal = _is_causal(zero_masked, T, S, additive=False)
+        mask = None if causal else zero_masked != 0
+    elif additive is not None:
+        causal = _is_causal(additive, T, S, additive=True)
+        mask = None if causal else additive
+    return attention(q, k, v, causal, float(scale), mask, p)
+
+
+_causal_masks = {}
+
+
+def _is_causal(mask, T, S, additive):
+    """Whether the [.., T, S] mask is the causal one: additive 0 on and below the diagonal and
+    −inf above, or non-zero exactly on and below it. Remembered per mask memory and version (the
+    cache holds the tensor, so its memory cannot be reused for another mask meanwhile)."""
+    if mask.shape[-2:] != (T, S) or any(n != 1 for n in mask.shape[:-2]):
+        return False
+    key = (mask.data_ptr(), tuple(mask.shape), tuple(mask.stride()), mask.dtype, mask._version, additive)
+    if key not in _causal_masks:
+        if len(_causal_masks) > 64:
+            _causal_masks.clear()
+        m = mask.reshape(T, S)
+        above = torch.ones(T, S, dtype=torch.bool, device=m.device).triu(1)
+        if additive:
+            causal = bool((m[above] == float("-inf")).all()) and bool((m[~above] == 0).all())
+        else:
+            causal = bool((m[above] == 0).all()) and bool((m[~above] != 0).all())
+        _causal_masks[key] = (mask, causal)
+    return _causal_masks[key][1]

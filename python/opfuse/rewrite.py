@@ -10,6 +10,7 @@ Two kinds, both on data flow rather than on class names:
   listed with the reason and left as it was.
 """
 import ast
+import builtins
 import copy
 import inspect
 import types
@@ -20,6 +21,24 @@ import torch.nn.functional as F
 from torch.fx.proxy import GraphAppendingTracer, Proxy
 
 from . import functional, nn as opfuse_nn
+
+
+# ---- copying a model ---------------------------------------------------------------------------
+
+def copy_model(model):
+    """copy.deepcopy, plus what deepcopy leaves shared: a function stored on a module (minGPT's
+    `self.mlpf = lambda x: m.dropout(m.c_proj(...))`) still closes over the original's
+    submodules; the copy's closes over the copy's, so converting or training it stays within it."""
+    memo = {}
+    twin = copy.deepcopy(model, memo)
+    for module in twin.modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, types.FunctionType) and value.__closure__:
+                cells = tuple(types.CellType(memo.get(id(c.cell_contents), c.cell_contents)) for c in value.__closure__)
+                rebound = types.FunctionType(value.__code__, value.__globals__, value.__name__, value.__defaults__, cells)
+                rebound.__kwdefaults__ = value.__kwdefaults__
+                setattr(module, name, rebound)
+    return twin
 
 
 # ---- recording how each module is called ------------------------------------------------------
@@ -34,7 +53,7 @@ class Call:
 
 def record_calls(model, inputs, native):
     """Runs one training-mode forward of a copy of the model and returns {path: Call}."""
-    model = copy.deepcopy(model)
+    model = copy_model(model)
     model.train()
     calls = {}
 
@@ -118,14 +137,100 @@ def _untraceable_callee(error, forward):
     return None
 
 
+class ValueProxy(Proxy):
+    """A proxy that answers shape questions with the recorded call's numbers: x.size(), x.shape,
+    x.dim(), len(x) and unpacking (`B, T, C = x.size()`, `q, k, v = y.split(n, 2)`), which
+    plain fx cannot trace (and on Python 3.11, torch 1.13's fx cannot unpack at all)."""
+
+    def _value(self):
+        value = self.tracer.values.get(self.node)
+        if value is None:
+            raise fx.proxy.TraceError(f"the value of {self.node.name} is unknown, so its shape cannot be asked")
+        self.tracer.specialised = True
+        return value
+
+    def size(self, *dim):
+        return self._value().size(*dim)
+
+    @property
+    def shape(self):
+        return self._value().shape
+
+    def dim(self):
+        return self._value().dim()
+
+    def __len__(self):
+        return len(self._value())
+
+    def __iter__(self):
+        return iter([self[i] for i in range(len(self._value()))])
+
+
+class ValueTracer(LeafTracer):
+    """Traces a module with its recorded call's values beside the proxies: each node is also run,
+    on a copy of the module (so running it changes nothing; the random state is restored after),
+    and shape questions get numbers. A graph that asked is specialised to the recorded shapes."""
+
+    proxy_buffer_attributes = True  # self.bias[:, :, :T, :T] stays a graph node, not a constant
+
+    def __init__(self, copy_of_root, inputs, **kwargs):
+        super().__init__(**kwargs)
+        self.copy_of_root, self.inputs, self.values, self.specialised = copy_of_root, inputs, {}, False
+        self.running = False  # computing a value: module calls and attributes are the real ones
+
+    def proxy(self, node):
+        return ValueProxy(node, self)
+
+    def call_module(self, m, forward, args, kwargs):
+        return forward(*args, **kwargs) if self.running else super().call_module(m, forward, args, kwargs)
+
+    def getattr(self, attr, attr_val, parameter_proxy_cache):
+        return attr_val if self.running else super().getattr(attr, attr_val, parameter_proxy_cache)
+
+    def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
+        proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
+        if isinstance(proxy, Proxy):
+            try:
+                self.values[proxy.node] = self._run(kind, target, args, kwargs)
+            except Exception:  # an op that fails on its own: its value stays unknown
+                self.values[proxy.node] = None
+        return proxy
+
+    def _run(self, kind, target, args, kwargs):
+        args, kwargs = fx.node.map_aggregate((args, kwargs), self._value_of)
+        if kind == "placeholder":
+            return self.inputs.get(target, self.inputs.get(target.rpartition("_")[0]))
+        if kind == "get_attr":
+            value = self.copy_of_root
+            for part in target.split("."):
+                value = getattr(value, part)
+            return value
+        self.running = True
+        try:
+            with torch.no_grad():
+                if kind == "call_function":
+                    return target(*args, **kwargs)
+                if kind == "call_method":
+                    return getattr(args[0], target)(*args[1:], **kwargs)
+                if kind == "call_module":
+                    return self.copy_of_root.get_submodule(target)(*args, **kwargs)
+            return None
+        finally:
+            self.running = False
+
+    def _value_of(self, a):
+        return self.values.get(a.node) if isinstance(a, Proxy) else a
+
+
 def trace(module, call):
-    """{training: fx.Graph} for the module's own forward, or raises with the reason it does not
-    trace. Arguments that are not tensors are held at their recorded values."""
+    """({training: fx.Graph}, concrete, shapes) for the module's own forward, or raises with the
+    reason it does not trace. Arguments that are not tensors are held at their recorded values;
+    shapes are the tensor arguments' recorded shapes when the graph is specialised to them."""
     forward = type(module).forward
     signature = inspect.signature(forward)
     bound = signature.bind(module, *call.args, **call.kwargs)
     bound.apply_defaults()
-    concrete = {}
+    concrete, inputs = {}, {}
     for name, value in list(bound.arguments.items())[1:]:
         kind = signature.parameters[name].kind
         if kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
@@ -134,13 +239,19 @@ def trace(module, call):
             if isinstance(value, (list, tuple, dict)) and _holds_tensor(value):
                 raise TypeError(f"argument '{name}' is a container of tensors")
             concrete[name] = value
-    graphs, wrapped, was = {}, [], module.training
+        inputs[name] = value.clone() if isinstance(value, torch.Tensor) else value
+    graphs, wrapped, was, specialised = {}, [], module.training, False
     try:
         for training in (True, False):
             module.training = training
             for _ in range(8):
                 try:
-                    graphs[training] = LeafTracer(autowrap_functions=tuple(wrapped)).trace(module, concrete_args=dict(concrete))
+                    with torch.random.fork_rng(devices=[]):
+                        copy_of_module = copy_model(module)
+                        copy_of_module.train(training)
+                        tracer = ValueTracer(copy_of_module, dict(inputs), autowrap_functions=tuple(wrapped))
+                        graphs[training] = tracer.trace(module, concrete_args=dict(concrete))
+                    specialised = specialised or tracer.specialised
                     break
                 except Exception as e:  # tracing runs the user's code: any error means "does not trace"
                     fn = _untraceable_callee(e, forward)
@@ -149,7 +260,8 @@ def trace(module, call):
                     wrapped.append(fn)
     finally:
         module.training = was
-    return graphs, concrete
+    shapes = {n: tuple(v.shape) for n, v in inputs.items() if isinstance(v, torch.Tensor)} if specialised else {}
+    return graphs, concrete, shapes
 
 
 def _holds_tensor(value):
@@ -168,10 +280,11 @@ def _same(a, b):
 
 class FusedForward:
     """A module's forward replaced by rewritten fx graphs (one per training mode), for calls whose
-    non-tensor arguments are those it was traced with; any other call runs the original."""
+    non-tensor arguments (and, for a graph specialised to them, tensor shapes) are those it was
+    traced with; any other call runs the original."""
 
-    def __init__(self, module, graphs, concrete):
-        self.module, self.graphs, self.concrete = module, graphs, concrete
+    def __init__(self, module, graphs, concrete, shapes):
+        self.module, self.graphs, self.concrete, self.shapes = module, graphs, concrete, shapes
         self.signature = inspect.signature(type(module).forward)
         self._code = {}
 
@@ -188,7 +301,8 @@ class FusedForward:
         bound = self.signature.bind(m, *args, **kwargs)
         bound.apply_defaults()
         values = list(bound.arguments.values())
-        if all(_same(bound.arguments[k], v) for k, v in self.concrete.items()):
+        if all(_same(bound.arguments[k], v) for k, v in self.concrete.items()) and all(
+                tuple(bound.arguments[k].shape) == v for k, v in self.shapes.items()):
             return self.compiled(m.training)(*values)
         return type(m).forward(*values)
 
@@ -197,7 +311,7 @@ class FusedForward:
         memo[id(self)] = twin
         twin.module = copy.deepcopy(self.module, memo)
         twin.graphs = {k: copy.deepcopy(g, memo) for k, g in self.graphs.items()}
-        twin.concrete, twin.signature, twin._code = self.concrete, self.signature, dict(self._code)
+        twin.concrete, twin.shapes, twin.signature, twin._code = self.concrete, self.shapes, self.signature, dict(self._code)
         return twin
 
     def __getstate__(self):
@@ -219,6 +333,7 @@ def _is_silu_module(module, rules, calls, path):
 MODULE_KINDS = {
     "batch_norm": lambda module, rules, calls, path: isinstance(module, torch.nn.modules.batchnorm._BatchNorm),
     "silu_module": _is_silu_module,
+    "dropout_module": lambda module, rules, calls, path: isinstance(module, torch.nn.Dropout),
 }
 
 COMMUTATIVE = {"mul", "add"}
@@ -253,7 +368,8 @@ class FxPattern:
         namespace = self._namespace()
         names = []
         for node in ast.walk(ast.parse(pattern, mode="eval")):
-            if isinstance(node, ast.Name) and node.id not in namespace and node.id not in names:
+            if (isinstance(node, ast.Name) and node.id not in namespace and node.id not in names
+                    and not hasattr(builtins, node.id)):
                 names.append(node.id)
         self.placeholders = names
         fn = eval(f"lambda {', '.join(names)}: {pattern}", dict(namespace, **{k: _kind_call(k) for k in MODULE_KINDS}))
@@ -265,7 +381,15 @@ class FxPattern:
         return {"torch": torch, "F": F, "opfuse": functional, **{k: None for k in MODULE_KINDS}}
 
     # Matching: the pattern's output node anchored on a graph node, arguments matched backwards.
+    # A placeholder binds a value node, or a number the forward computed while it was traced
+    # (llama2.c's `/ math.sqrt(self.head_dim)`).
     def _match(self, p, t, env, ctx):
+        if p.op == "placeholder" and isinstance(t, (int, float)) and not isinstance(t, bool):
+            if p not in env:
+                yield {**env, p: t}
+            elif _same(env[p], t):
+                yield env
+            return
         if not isinstance(t, fx.Node):
             return
         if p.op == "placeholder":
@@ -313,7 +437,7 @@ class FxPattern:
         scope = {"torch": torch, "F": F, "opfuse": _LeafCalls(tracer)}
         for p, t in env.items():
             if p.op == "placeholder":
-                scope[p.name] = Proxy(t, tracer)
+                scope[p.name] = Proxy(t, tracer) if isinstance(t, fx.Node) else t
         with graph.inserting_before(anchor):
             for p, t in env.items():
                 if p.op == "call_module":
@@ -373,10 +497,10 @@ def rewrite_forwards(model, rule, rules, calls, not_traced):
             continue
         fused = module.__dict__.get("forward")
         if isinstance(fused, FusedForward):
-            graphs, concrete = fused.graphs, fused.concrete
+            graphs, concrete, shapes = fused.graphs, fused.concrete, fused.shapes
         else:
             try:
-                graphs, concrete = trace(module, call)
+                graphs, concrete, shapes = trace(module, call)
             except Exception as e:
                 not_traced[path or "(model)"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 continue
@@ -385,7 +509,7 @@ def rewrite_forwards(model, rule, rules, calls, not_traced):
         if any(counts.values()):
             replaced += counts.get(True, 0) or counts.get(False, 0)
             if not isinstance(fused, FusedForward):
-                module.forward = FusedForward(module, graphs, concrete)
+                module.forward = FusedForward(module, graphs, concrete, shapes)
             else:
                 fused._code = {}
     return replaced
