@@ -90,3 +90,18 @@ def test_bad_input_is_a_runtime_error_naming_the_op():
         torch.ops.opfuse.silu(torch.arange(4))
     with pytest.raises(RuntimeError, match=r"gate must have shape \[2, 3, 1, 1\]"):
         torch.ops.opfuse.se_gate(torch.randn(2, 3, 4, 4), torch.randn(2, 3, 4, 1))
+
+
+def test_attention_from_python_gradchecks_and_takes_a_generator():
+    q, k, v = (torch.randn(1, 2, 9, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = torch.rand(9, 9) > 0.3
+    mask.fill_diagonal_(True)
+    for causal, m in ((True, None), (False, mask), (False, torch.randn(9, 9, dtype=torch.float64))):
+        assert torch.autograd.gradcheck(lambda a, b, c: torch.ops.opfuse.attention(a, b, c, causal, None, m, 0.0, None),
+                                        (q, k, v))
+    # Dropout draws from the generator given, so equal seeds give equal outputs.
+    x = torch.randn(2, 3, 40, 16)
+    a = torch.ops.opfuse.attention(x, x, x, True, None, None, 0.5, torch.Generator().manual_seed(7))
+    b = torch.ops.opfuse.attention(x, x, x, True, None, None, 0.5, torch.Generator().manual_seed(7))
+    c = torch.ops.opfuse.attention(x, x, x, True, None, None, 0.5, torch.Generator().manual_seed(8))
+    assert torch.equal(a, b) and not torch.equal(a, c)

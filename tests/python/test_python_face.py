@@ -13,6 +13,7 @@ from torch.nn import functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "models"))
 import efficientnet  # noqa: E402
+import gpt  # noqa: E402
 import llama  # noqa: E402
 
 import opfuse  # noqa: E402
@@ -187,6 +188,48 @@ def test_llama_rms_norm_and_swiglu_are_replaced_and_verified_with_module_paths(t
     finding = next(f for f in an.findings if f["rule"] == "rms_norm")
     wheres = [l["location"] for l in finding["locations"]]
     assert any(w.startswith("layers.0.") and w.endswith("_norm") for w in wheres), wheres
+
+
+def test_gpt_attention_written_as_mingpt_writes_it_is_replaced_and_verified(tmp_path):
+    model, inputs, loss = gpt.factory(batch_size=2, seq_len=32, n_embd=64, dropout=0.1, seed=SEED)
+    result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "gpt"), **QUICK)
+    attention = next(r for r in result.replacements if r.rule == "attention")
+    assert attention.verified and attention.kept and attention.places == 2, attention  # one per block
+    tuned = result.model
+    assert isinstance(tuned.transformer.h[0].attn.forward, opfuse.rewrite.FusedForward)
+    # Without dropout, the tuned model computes what the original does, forward and backward.
+    # (copy_model, not copy.deepcopy: minGPT's mlpf lambda would still call the original's MLP.)
+    ref, got = opfuse.rewrite.copy_model(model).eval(), opfuse.rewrite.copy_model(tuned).eval()
+    tokens = inputs[0]
+    a, b = ref(tokens), got(tokens)
+    a.pow(2).mean().backward()
+    b.pow(2).mean().backward()
+    assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    for (n, p), (_, q) in zip(ref.named_parameters(), got.named_parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-3, atol=1e-6), n
+    # The graph was specialised to T = 32: a shorter sequence runs the original forward, correctly.
+    short = tokens[:, :20]
+    assert torch.allclose(ref(short), got(short), rtol=1e-5, atol=1e-6)
+    # In training, attention dropout is drawn: two calls differ, a seed repeats one.
+    got.train()
+    torch.manual_seed(3)
+    first = got(tokens)
+    torch.manual_seed(3)
+    assert torch.equal(first, got(tokens)) and not torch.equal(first, got(tokens))
+
+
+def test_llama_attention_is_replaced_with_its_float_softmax_kept_for_float64(tmp_path):
+    model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
+    done = dict(opfuse.patch(model, inputs, loss))
+    assert done.get("attention") == 2, done
+    # The exact causal mask buffer became causal=True: the additive mask is not passed on.
+    q = torch.randn(1, 2, 16, 8)
+    mask = torch.full((1, 1, 16, 16), float("-inf")).triu(1)
+    assert opfuse.functional._is_causal(mask, 16, 16, additive=True)
+    assert not opfuse.functional._is_causal(mask.transpose(-1, -2), 16, 16, additive=True)
+    out = opfuse.functional.attention_chain(q, q.transpose(-2, -1), q, 0.5, None, mask.transpose(-1, -2), None)
+    ref = torch.softmax(q @ q.transpose(-2, -1) * 0.5 + mask.transpose(-1, -2), -1) @ q
+    assert torch.allclose(out, ref, atol=1e-6)
 
 
 def test_with_nothing_verified_the_baseline_is_still_measured(tmp_path):
