@@ -125,6 +125,10 @@ TEST_P(AttentionTest, MatchesFloat64CompositeOnFreshRandomData) {
     Case c = random_case({2, 1, 40, 128}, 40, 128, dtype);
     c.causal = causal;
     check(c, c10::str("[2,1,40,128] causal=", causal));
+    // From T = 512 on, the tiles are 128 × 128.
+    Case d = random_case({1, 1, 530, 32}, 530, 32, dtype);
+    d.causal = causal;
+    check(d, c10::str("[1,1,530,32] causal=", causal));
   }
   // More keys than queries, Dv ≠ D, an explicit scale, and the [B·H, T, D] form.
   Case cross = random_case({2, 2, 5, 32}, 200, 40, dtype);

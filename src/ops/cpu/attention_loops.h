@@ -112,14 +112,14 @@ void store_rows(const typename V::A* src, int64_t ld_src, int64_t rows, int64_t 
 
 // The scores of query rows [i0, i0 + rows) against key tile [j0, j0 + n), bias and causal
 // limit applied: s = scale · q kᵀ + bias, −inf above the diagonal. Returns nothing; row r is
-// s + r·kTile.
+// s + r·p.tile.
 template <typename V>
 void tile_scores(const Head<typename V::A>& h, const Problem& p, int64_t i0, int64_t rows, int64_t j0, int64_t n,
                  typename V::A* s, typename V::A* bias) {
   using A = typename V::A;
-  gemm<A>(false, true, rows, n, p.D, A(p.scale), h.q + i0 * h.ldq, h.ldq, h.k + j0 * h.ldk, h.ldk, A(0), s, kTile);
+  gemm<A>(false, true, rows, n, p.D, A(p.scale), h.q + i0 * h.ldq, h.ldq, h.k + j0 * h.ldk, h.ldk, A(0), s, p.tile);
   for (int64_t r = 0; r < rows; ++r) {
-    A* row = s + r * kTile;
+    A* row = s + r * p.tile;
     const bool has_bias = h.mask.row_bias(i0 + r, j0, n, bias);
     if (has_bias) add_bias_and_max<V>(row, bias, n);
     if (p.causal)
@@ -137,11 +137,11 @@ void forward_block(const Head<typename V::A>& h, const Problem& p, int64_t bh, i
   std::fill_n(w.m, rows, kNegInf);
   std::fill_n(w.l, rows, A(0));
   const int64_t keys = p.causal ? std::min(p.S, i0 + rows) : p.S;
-  for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
-    const int64_t n = std::min(kTile, keys - j0);
+  for (int64_t j0 = 0; j0 < keys; j0 += p.tile) {
+    const int64_t n = std::min(p.tile, keys - j0);
     tile_scores<V>(h, p, i0, rows, j0, n, w.s, w.bias);
     for (int64_t r = 0; r < rows; ++r) {
-      A* row = w.s + r * kTile;
+      A* row = w.s + r * p.tile;
       const A top = std::max(w.m[r], add_bias_and_max<V>(row, nullptr, n));
       const A shift = top == kNegInf ? A(0) : top;  // a row masked so far: every p is 0
       const A rescale = std::exp(w.m[r] - shift);
@@ -153,7 +153,7 @@ void forward_block(const Head<typename V::A>& h, const Problem& p, int64_t bh, i
         multiply_row<V>(row, w.z, n, row);
       }
     }
-    gemm<A>(false, false, rows, p.Dv, n, A(1), w.s, kTile, h.v + j0 * h.ldv, h.ldv, A(1), w.o, p.Dv);
+    gemm<A>(false, false, rows, p.Dv, n, A(1), w.s, p.tile, h.v + j0 * h.ldv, h.ldv, A(1), w.o, p.Dv);
   }
   for (int64_t r = 0; r < rows; ++r) {
     scale_row<V>(&w.o[r * p.Dv], A(1) / w.l[r], p.Dv, &w.o[r * p.Dv]);  // l = 0 (all masked): NaN, as softmax
@@ -171,29 +171,29 @@ void backward_head(const Head<typename V::A>& h, const Grad<typename V::A>& g, c
   for (int64_t i = 0; i < p.T; ++i) w.delta[i] = dot_row<V>(g.dout + i * g.ld_dout, g.out + i * g.ld_out, p.Dv);
   std::fill_n(w.dq, p.T * p.D, A(0));
   const A scale = A(p.scale);
-  for (int64_t j0 = 0; j0 < p.S; j0 += kTile) {
-    const int64_t n = std::min(kTile, p.S - j0);
-    std::fill_n(w.dk, kTile * p.D, A(0));
-    std::fill_n(w.dv, kTile * p.Dv, A(0));
-    for (int64_t i0 = p.causal ? j0 / kTile * kTile : 0; i0 < p.T; i0 += kTile) {
-      const int64_t rows = std::min(kTile, p.T - i0);
+  for (int64_t j0 = 0; j0 < p.S; j0 += p.tile) {
+    const int64_t n = std::min(p.tile, p.S - j0);
+    std::fill_n(w.dk, p.tile * p.D, A(0));
+    std::fill_n(w.dv, p.tile * p.Dv, A(0));
+    for (int64_t i0 = p.causal ? j0 / p.tile * p.tile : 0; i0 < p.T; i0 += p.tile) {
+      const int64_t rows = std::min(p.tile, p.T - i0);
       A *s = w.s, *dp = w.dp, *pz = p.dropout ? w.pz : s;
       tile_scores<V>(h, p, i0, rows, j0, n, s, w.bias);
       for (int64_t r = 0; r < rows; ++r) {
-        A* row = s + r * kTile;
+        A* row = s + r * p.tile;
         exp_and_sum<V>(row, g.lse[i0 + r], n);
         if (p.dropout) {
-          dropout_multipliers<V>(p, bh, i0 + r, j0, n, &w.z[r * kTile]);
-          multiply_row<V>(row, &w.z[r * kTile], n, pz + r * kTile);
+          dropout_multipliers<V>(p, bh, i0 + r, j0, n, &w.z[r * p.tile]);
+          multiply_row<V>(row, &w.z[r * p.tile], n, pz + r * p.tile);
         }
       }
       const A* dout = g.dout + i0 * g.ld_dout;
-      gemm<A>(true, false, n, p.Dv, rows, A(1), pz, kTile, dout, g.ld_dout, A(1), w.dv, p.Dv);
-      gemm<A>(false, true, rows, n, p.Dv, A(1), dout, g.ld_dout, h.v + j0 * h.ldv, h.ldv, A(0), dp, kTile);
+      gemm<A>(true, false, n, p.Dv, rows, A(1), pz, p.tile, dout, g.ld_dout, A(1), w.dv, p.Dv);
+      gemm<A>(false, true, rows, n, p.Dv, A(1), dout, g.ld_dout, h.v + j0 * h.ldv, h.ldv, A(0), dp, p.tile);
       for (int64_t r = 0; r < rows; ++r)
-        softmax_grad_row<V>(s + r * kTile, dp + r * kTile, p.dropout ? &w.z[r * kTile] : nullptr, w.delta[i0 + r], n);
-      gemm<A>(false, false, rows, p.D, n, scale, s, kTile, h.k + j0 * h.ldk, h.ldk, A(1), &w.dq[i0 * p.D], p.D);
-      gemm<A>(true, false, n, p.D, rows, scale, s, kTile, h.q + i0 * h.ldq, h.ldq, A(1), w.dk, p.D);
+        softmax_grad_row<V>(s + r * p.tile, dp + r * p.tile, p.dropout ? &w.z[r * p.tile] : nullptr, w.delta[i0 + r], n);
+      gemm<A>(false, false, rows, p.D, n, scale, s, p.tile, h.k + j0 * h.ldk, h.ldk, A(1), &w.dq[i0 * p.D], p.D);
+      gemm<A>(true, false, n, p.D, rows, scale, s, p.tile, h.q + i0 * h.ldq, h.ldq, A(1), w.dk, p.D);
     }
     store_rows<V>(w.dk, p.D, n, p.D, dk + j0 * p.D, p.D);
     store_rows<V>(w.dv, p.Dv, n, p.Dv, dv + j0 * p.Dv, p.Dv);
