@@ -114,22 +114,15 @@ TEST_P(AttentionTest, MatchesFloat64CompositeOnFreshRandomData) {
   const auto [cap, dtype] = GetParam();
   CapabilityScope scope(cap);
   SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
-  for (bool causal : {false, true}) {
-    // Rows and keys not multiples of a tile or a vector; several tiles; head dims 32–128.
-    Case a = random_case({2, 3, 77, 48}, 77, 48, dtype);
-    a.causal = causal;
-    check(a, c10::str("[2,3,77,48] causal=", causal));
-    Case b = random_case({1, 2, 130, 64}, 130, 64, dtype);
-    b.causal = causal;
-    check(b, c10::str("[1,2,130,64] causal=", causal));
-    Case c = random_case({2, 1, 40, 128}, 40, 128, dtype);
-    c.causal = causal;
-    check(c, c10::str("[2,1,40,128] causal=", causal));
-    // From T = 512 on, the tiles are 128 × 128.
-    Case d = random_case({1, 1, 530, 32}, 530, 32, dtype);
-    d.causal = causal;
-    check(d, c10::str("[1,1,530,32] causal=", causal));
-  }
+  // Rows and keys not multiples of a tile or a vector; several tiles; head dims 32–128; from
+  // T = 512 on, 128 × 128 tiles.
+  const std::vector<std::vector<int64_t>> shapes{{2, 3, 77, 48}, {1, 2, 130, 64}, {2, 1, 40, 128}, {1, 1, 530, 32}};
+  for (bool causal : {false, true})
+    for (const auto& shape : shapes) {
+      Case c = random_case(shape, shape[2], shape[3], dtype);
+      c.causal = causal;
+      check(c, c10::str(at::IntArrayRef(shape), " causal=", causal));
+    }
   // More keys than queries, Dv ≠ D, an explicit scale, and the [B·H, T, D] form.
   Case cross = random_case({2, 2, 5, 32}, 200, 40, dtype);
   cross.scale = 0.3;
