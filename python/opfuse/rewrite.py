@@ -302,7 +302,8 @@ class FusedForward:
         bound.apply_defaults()
         values = list(bound.arguments.values())
         if all(_same(bound.arguments[k], v) for k, v in self.concrete.items()) and all(
-                tuple(bound.arguments[k].shape) == v for k, v in self.shapes.items()):
+                isinstance(bound.arguments[k], torch.Tensor) and tuple(bound.arguments[k].shape) == v
+                for k, v in self.shapes.items()):
             return self.compiled(m.training)(*values)
         return type(m).forward(*values)
 

@@ -100,7 +100,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_forward_cpu(const at::T
   if (dropout_p > 0) options.seed = draw_seed(generator);
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
   at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::toOpMathType(q.scalar_type())));
-  cpu::attention_forward_kernel(q, k, v, m, options, out, lse);
+  if (k.size(2) == 0) {  // softmax over no keys is empty: the output sums nothing
+    out.zero_(), lse.fill_(-INFINITY);
+  } else {
+    cpu::attention_forward_kernel(q, k, v, m, options, out, lse);
+  }
   if (q_in.dim() == 3) out = out.squeeze(1), lse = lse.squeeze(1);
   return {out, lse, seed_tensor(options.seed)};
 }

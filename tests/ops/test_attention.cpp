@@ -128,6 +128,9 @@ TEST_P(AttentionTest, MatchesFloat64CompositeOnFreshRandomData) {
   cross.scale = 0.3;
   check(cross, "cross attention");
   check(random_case({6, 33, 16}, 33, 16, dtype), "[B·H, T, D]");
+  // Empty: no queries, no keys.
+  check(random_case({1, 2, 0, 16}, 5, 16, dtype), "T = 0");
+  check(random_case({1, 2, 5, 16}, 0, 16, dtype), "S = 0");
 }
 
 TEST_P(AttentionTest, BooleanAndAdditiveMasks) {
