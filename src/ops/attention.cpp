@@ -131,7 +131,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
               out_in.sizes());
   TORCH_CHECK(grad.scalar_type() == q.scalar_type() && out.scalar_type() == q.scalar_type(), op,
               ": grad and out must have q's dtype");
-  const at::Tensor lse = as_heads(lse_in.unsqueeze(-1)).squeeze(-1).contiguous();
+  const at::Tensor lse = (q_in.dim() == 3 ? lse_in.unsqueeze(1) : lse_in).contiguous();
   TORCH_CHECK(lse.sizes() == out.sizes().slice(0, 3) && lse.scalar_type() == at::toOpMathType(q.scalar_type()), op,
               ": lse must be the [B, H, T] ", at::toOpMathType(q.scalar_type()), " that _forward returned, got ",
               lse_in.sizes(), " ", lse_in.scalar_type());

@@ -25,21 +25,22 @@ void dropout_multipliers(const Problem& p, int64_t bh, int64_t i, int64_t j0, in
   for (int64_t j = 0; j < n; ++j) z[j] = mix32(lo + mix32(uint32_t(j0 + j) ^ hi)) >= p.threshold ? keep : A(0);
 }
 
-// s[j] += bias[j] (bias may be null); returns max_j s[j].
+// s[j] += bias[j]
 template <typename V>
-typename V::A add_bias_and_max(typename V::A* s, const typename V::A* bias, int64_t n) {
+void add_to_row(typename V::A* s, const typename V::A* bias, int64_t n) {
+  for (int64_t j = 0; j < n; j += V::kLanes) {
+    const int64_t m = std::min<int64_t>(V::kLanes, n - j);
+    store_part<V>(s + j, m, load_part<V>(s + j, m, 0) + load_part<V>(bias + j, m, 0));
+  }
+}
+
+// max_j s[j]
+template <typename V>
+typename V::A row_max(const typename V::A* s, int64_t n) {
   using A = typename V::A;
   constexpr A kNegInf = -std::numeric_limits<A>::infinity();
   typename V::F top = V::set1(kNegInf);
-  for (int64_t j = 0; j < n; j += V::kLanes) {
-    const int64_t m = std::min<int64_t>(V::kLanes, n - j);
-    typename V::F x = load_part<V>(s + j, m, kNegInf);
-    if (bias) {
-      x = x + load_part<V>(bias + j, m, 0);
-      store_part<V>(s + j, m, x);
-    }
-    top = V::max(top, x);
-  }
+  for (int64_t j = 0; j < n; j += V::kLanes) top = V::max(top, load_part<V>(s + j, std::min<int64_t>(V::kLanes, n - j), kNegInf));
   return V::hmax(top);
 }
 
@@ -120,8 +121,7 @@ void tile_scores(const Head<typename V::A>& h, const Problem& p, int64_t i0, int
   gemm<A>(false, true, rows, n, p.D, A(p.scale), h.q + i0 * h.ldq, h.ldq, h.k + j0 * h.ldk, h.ldk, A(0), s, p.tile);
   for (int64_t r = 0; r < rows; ++r) {
     A* row = s + r * p.tile;
-    const bool has_bias = h.mask.row_bias(i0 + r, j0, n, bias);
-    if (has_bias) add_bias_and_max<V>(row, bias, n);
+    if (h.mask.row_bias(i0 + r, j0, n, bias)) add_to_row<V>(row, bias, n);
     if (p.causal)
       for (int64_t j = std::max<int64_t>(0, i0 + r + 1 - j0); j < n; ++j) row[j] = -std::numeric_limits<A>::infinity();
   }
@@ -142,7 +142,7 @@ void forward_block(const Head<typename V::A>& h, const Problem& p, int64_t bh, i
     tile_scores<V>(h, p, i0, rows, j0, n, w.s, w.bias);
     for (int64_t r = 0; r < rows; ++r) {
       A* row = w.s + r * p.tile;
-      const A top = std::max(w.m[r], add_bias_and_max<V>(row, nullptr, n));
+      const A top = std::max(w.m[r], row_max<V>(row, n));
       const A shift = top == kNegInf ? A(0) : top;  // a row masked so far: every p is 0
       const A rescale = std::exp(w.m[r] - shift);
       w.l[r] = w.l[r] * rescale + exp_and_sum<V>(row, shift, n);
