@@ -20,7 +20,8 @@ struct TuneOptions {
   std::string model = "efficientnet-b0";  // a built-in model, or a TorchScript FILE.pt
   int image_size = 128;
   int batch_size = 16;
-  std::vector<int64_t> input_shape;  // TorchScript models: the input, batch first
+  std::vector<int64_t> input_shape;  // TorchScript models
+  std::string sample_unit = "images";  // what images_per_sec counts: images, sequences, samples: the input, batch first
   std::string loss = "ce";           // ce (class labels) | mse (a random target)
   int num_classes = 1000;            // built-in models
   int steps = 3;                     // timed steps per variant and round
@@ -90,7 +91,8 @@ struct NotApplied {
 struct Side {
   std::string variant;      // what the model ran, e.g. "swish=fused se_gate=composite"
   measure::Series step_ms;  // ms per step, one per round
-  // Derived from the step time (samples per step / median step time), never measured apart.
+  // Derived from the step time (samples per step / median step time), never measured apart;
+  // TuneResult::sample_unit says what a sample is.
   double images_per_sec = 0;
   measure::Interval images_per_sec_ci;
   double ops_per_step = 0;  // host ops in a profiled step
@@ -109,6 +111,7 @@ struct TuneResult {
   std::string model;
   int image_size = 0, batch_size = 0, steps = 0, rounds = 0, threads = 0;
   std::vector<int64_t> input_shape;  // TorchScript models
+  std::string sample_unit = "images";  // what images_per_sec counts: images, sequences, samples
   Side baseline, tuned;
   double speedup = 1;  // baseline / tuned step time, median of paired rounds
   measure::Interval speedup_ci{1, 1};

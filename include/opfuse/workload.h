@@ -39,8 +39,10 @@ class Workload {
   virtual std::string name() const = 0;
   // What has been rewritten so far, e.g. "swish=fused se_gate=composite".
   virtual std::string describe() const = 0;
-  // Samples one step trains on (the batch size), for images/s.
+  // Samples one step trains on (the batch size), for the throughput.
   virtual int64_t samples_per_step() const = 0;
+  // What one sample is, for the throughput's label: "images", "sequences", "samples".
+  virtual std::string sample_unit() const { return "samples"; }
   // Its own copy of every parameter and buffer, a fresh optimizer, the same inputs.
   virtual std::shared_ptr<Workload> clone() const = 0;
   // One training step (forward, loss, backward, optimizer); returns its milliseconds.

@@ -43,9 +43,21 @@ def make(native):
         def describe(self):
             return ", ".join(self.applied) if self.applied else "as written"
 
+        def _first_input(self):
+            return next((x for x in self.inputs if isinstance(x, torch.Tensor) and x.dim() > 0), None)
+
         def samples_per_step(self):
-            first = next((x for x in self.inputs if isinstance(x, torch.Tensor) and x.dim() > 0), None)
+            first = self._first_input()
             return int(first.shape[0]) if first is not None else 1
+
+        def sample_unit(self):
+            """[N, C, H, W] floats are images; [N, T] integers (token ids) are sequences."""
+            x = self._first_input()
+            if x is not None and x.dim() == 4 and x.is_floating_point():
+                return "images"
+            if x is not None and x.dim() == 2 and not x.is_floating_point():
+                return "sequences"
+            return "samples"
 
         def clone(self):
             return PythonWorkload(rewrite.copy_model(self.model), self.inputs, self.loss_fn, self.optimizer_factory,

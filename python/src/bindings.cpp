@@ -49,6 +49,7 @@ class PyWorkload : public Workload {
   std::string name() const override { PYBIND11_OVERRIDE_PURE(std::string, Workload, name); }
   std::string describe() const override { PYBIND11_OVERRIDE_PURE(std::string, Workload, describe); }
   int64_t samples_per_step() const override { PYBIND11_OVERRIDE_PURE(int64_t, Workload, samples_per_step); }
+  std::string sample_unit() const override { PYBIND11_OVERRIDE(std::string, Workload, sample_unit); }
   double step() override { PYBIND11_OVERRIDE_PURE(double, Workload, step); }
   void set_profiling(bool on) override { PYBIND11_OVERRIDE(void, Workload, set_profiling, on); }
   std::vector<std::string> save(const std::string& path) const override {

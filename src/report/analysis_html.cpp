@@ -270,7 +270,8 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     const b = t.baseline || {}, a = t.tuned || {};
     const speedup = isNum(t.speedup) ? t.speedup - 1 : null;
     const sci = list(t.speedup_ci).map((x) => (isNum(x) ? x - 1 : null));
-    s.append(el("p", { class: "step" }, `images/s ${fixed(b.images_per_sec, 1)} → ${fixed(a.images_per_sec, 1)} `,
+    const unit = str(t.sample_unit || "images");
+    s.append(el("p", { class: "step" }, `${unit}/s ${fixed(b.images_per_sec, 1)} → ${fixed(a.images_per_sec, 1)} `,
       el("span", { class: t.speedup >= 1 ? "better" : "worse" }, `(${gainText(speedup, sci)})`)));
     const env = t.environment || {}, machine = t.machine || {};
     s.append(el("p", { class: "note" }, `BLAS ${str(env.blas)}; ${count(env.threads)} threads on ${count(env.cores)} cores; ` +
@@ -282,7 +283,7 @@ constexpr std::string_view kPage = R"page(<!doctype html>
       (v) => `${fixed(v, 2)} ms per step`));
     const range = (ci) => `[${list(ci).map((x) => fixed(x, 2)).join(", ")}]`;
     const rows = [["step time, ms (median)", `${fixed(b.step_ms, 2)} ${range(b.step_ms_ci)}`, `${fixed(a.step_ms, 2)} ${range(a.step_ms_ci)}`],
-      ["images/s (from step time)", fixed(b.images_per_sec, 1), fixed(a.images_per_sec, 1)],
+      [`${unit}/s (from step time)`, fixed(b.images_per_sec, 1), fixed(a.images_per_sec, 1)],
       ["ops per step", count(b.ops_per_step), count(a.ops_per_step)]];
     list(t.rule_times).forEach((r) => {
       rows.push([`${str(r.rule)} small ops per step`, count(r.ops_per_step_before), count(r.ops_per_step_after)]);

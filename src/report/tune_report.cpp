@@ -70,13 +70,13 @@ std::string format_tune(const TuneResult& r) {
   for (const auto& n : r.not_applied) out += fmt::format("not applied: {}: {}\n", n.rule, n.why);
   if (!r.any_verified)
     return out + fmt::format("\nno replacement verified: the model is left as it was; it runs {} ms per step "
-                             "({:.1f} images/s)\n",
-                             ms_cell(r.baseline.step_ms), r.baseline.images_per_sec);
+                             "({:.1f} {}/s)\n",
+                             ms_cell(r.baseline.step_ms), r.baseline.images_per_sec, r.sample_unit);
 
   std::vector<Row> rows;
   rows.push_back({"step time, ms (median [95% CI])", ms_cell(r.baseline.step_ms), ms_cell(r.tuned.step_ms),
                   format_gain(1 / r.speedup - 1, {1 / r.speedup_ci.hi - 1, 1 / r.speedup_ci.lo - 1})});
-  rows.push_back({"images/s (from step time)", fmt::format("{:.1f}", r.baseline.images_per_sec),
+  rows.push_back({fmt::format("{}/s (from step time)", r.sample_unit), fmt::format("{:.1f}", r.baseline.images_per_sec),
                   fmt::format("{:.1f}", r.tuned.images_per_sec), format_gain(r.speedup - 1, {r.speedup_ci.lo - 1, r.speedup_ci.hi - 1})});
   rows.push_back({"ops per step", fmt::format("{:.0f}", r.baseline.ops_per_step),
                   fmt::format("{:.0f}", r.tuned.ops_per_step),
@@ -131,6 +131,7 @@ nlohmann::json tune_json(const TuneResult& r) {
   return {{"model", r.model},
           {"image_size", r.image_size},
           {"batch_size", r.batch_size},
+          {"sample_unit", r.sample_unit},
           {"input_shape", r.input_shape},
           {"steps", r.steps},
           {"rounds", r.rounds},

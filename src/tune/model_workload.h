@@ -39,6 +39,11 @@ class ModelWorkload : public Workload {
   std::string name() const override { return model_->name(); }
   std::string describe() const override { return model_->describe(); }
   int64_t samples_per_step() const override { return batches_->inputs.front().size(0); }
+  // A batch of [N, C, H, W] floats is N images (EfficientNet, a scripted vision model).
+  std::string sample_unit() const override {
+    const at::Tensor& x = batches_->inputs.front();
+    return x.dim() == 4 && x.is_floating_point() ? "images" : "samples";
+  }
   std::shared_ptr<Workload> clone() const override;
   double step() override;
   Probe probe(at::ScalarType dtype, uint64_t seed, double nudge) override;

@@ -286,6 +286,7 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
   TuneResult result;
   result.model = pristine.name();
   result.batch_size = static_cast<int>(pristine.samples_per_step());
+  result.sample_unit = pristine.sample_unit();
   result.steps = o.steps;
   result.rounds = o.rounds;
   result.threads = at::get_num_threads();

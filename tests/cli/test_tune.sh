@@ -36,6 +36,7 @@ r = json.load(open(sys.argv[1]))
 assert r == json.load(open(sys.argv[2]))
 for key in ("model", "baseline", "tuned", "speedup", "replacements", "rejected"):
     assert key in r, key
+assert r["sample_unit"] == "images", r["sample_unit"]  # EfficientNet's [N, 3, H, W] batch
 for side in ("baseline", "tuned"):
     s = r[side]
     assert s["images_per_sec"] > 0 and s["ops_per_step"] > 0, side

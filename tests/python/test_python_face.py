@@ -195,6 +195,7 @@ def test_gpt_attention_written_as_mingpt_writes_it_is_replaced_and_verified(tmp_
     result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "gpt"), **QUICK)
     attention = next(r for r in result.replacements if r.rule == "attention")
     assert attention.verified and attention.kept and attention.places == 2, attention  # one per block
+    assert result.to_json()["sample_unit"] == "sequences" and "sequences/s" in str(result)
     tuned = result.model
     assert isinstance(tuned.transformer.h[0].attn.forward, opfuse.rewrite.FusedForward)
     # Without dropout, the tuned model computes what the original does, forward and backward.
