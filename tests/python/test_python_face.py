@@ -196,6 +196,9 @@ def test_gpt_attention_written_as_mingpt_writes_it_is_replaced_and_verified(tmp_
     attention = next(r for r in result.replacements if r.rule == "attention")
     assert attention.verified and attention.kept and attention.places == 2, attention  # one per block
     assert result.to_json()["sample_unit"] == "sequences" and "sequences/s" in str(result)
+    # minGPT's NewGELU, spelled out with math.sqrt(2 / π): torch's tanh GELU in its place.
+    gelu = next(r for r in result.replacements if r.rule == "gelu_tanh")
+    assert gelu.verified and gelu.kept and gelu.places == 2, gelu
     tuned = result.model
     assert isinstance(tuned.transformer.h[0].attn.forward, opfuse.rewrite.FusedForward)
     # Without dropout, the tuned model computes what the original does, forward and backward.
