@@ -360,6 +360,38 @@ int64_t invalid_utf8_offset(std::string_view s) {
   return static_cast<int64_t>(s.size());
 }
 
+// How a document that failed to parse ends: inside a string, inside an array or object, or
+// closed. Only read on the error path: a cut file fails at its end, but simdjson's on-demand
+// parser reports an unclosed string before it reads anything (at byte 0), and an unclosed
+// array at wherever its iterator stood.
+enum class Ending { closed, in_string, in_container };
+
+Ending ending_of(std::string_view s) {
+  bool in_string = false, escaped = false;
+  int64_t depth = 0;
+  for (const char c : s) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      ++depth;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return in_string ? Ending::in_string : depth > 0 ? Ending::in_container : Ending::closed;
+}
+
+// The errors simdjson gives for a document that stops early; checked against how it ends, so a
+// stray brace in the middle is still reported where it is.
+bool is_truncation(simdjson::error_code error) {
+  return error == simdjson::UNCLOSED_STRING || error == simdjson::INCOMPLETE_ARRAY_OR_OBJECT ||
+         error == simdjson::TAPE_ERROR;
+}
+
 }  // namespace
 
 Trace parse(Document& in) {
@@ -409,6 +441,11 @@ Trace parse(Document& in) {
     in.origin_us = trace.origin_us;
   } catch (const simdjson::simdjson_error& e) {
     if (e.error() == simdjson::UTF8_ERROR) event_start = in.json.data() + invalid_utf8_offset(in.json);
+    const Ending ending = is_truncation(e.error()) ? ending_of(in.json) : Ending::closed;
+    if (ending != Ending::closed)
+      throw std::invalid_argument(fmt::format("{}: truncated at byte {} (the file ends inside {})", in.name,
+                                              in.base + static_cast<int64_t>(in.json.size()),
+                                              ending == Ending::in_string ? "a string" : "an unclosed array or object"));
     throw std::invalid_argument(fmt::format("{}: malformed trace at byte {} ({})", in.name, offset(), e.what()));
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(fmt::format("{}: {} at byte {}", in.name, e.what(), offset()));

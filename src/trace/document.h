@@ -23,7 +23,8 @@ struct Document {
 };
 
 // Parses an array of events or an object with "traceEvents". Throws std::invalid_argument
-// "NAME: <what> at byte N". An event it cannot use is skipped and warned about.
+// "NAME: <what> at byte N" ("NAME: truncated at byte N (…)" when the text stops inside a string,
+// array or object, N its end). An event it cannot use is skipped and warned about.
 Trace parse_document_haswell(Document& doc);
 Trace parse_document_generic(Document& doc);
 

@@ -367,13 +367,14 @@ size_t expected_size(const std::string& path) {
 
 Source::Source(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) throw std::invalid_argument(fmt::format("{}: cannot open", path));
+  if (f == nullptr) throw std::invalid_argument(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
   unsigned char magic[2] = {0, 0};
   const bool gzipped = std::fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+  struct stat st {};
+  const bool ok = fstat(fileno(f), &st) == 0;
+  const int64_t file_bytes = ok ? static_cast<int64_t>(st.st_size) : 0;
   if (!gzipped) {
-    struct stat st {};
-    const bool ok = fstat(fileno(f), &st) == 0;
-    size_ = ok ? static_cast<size_t>(st.st_size) : 0;
+    size_ = static_cast<size_t>(file_bytes);
     if (ok && size_ > 0) {
       map_ = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fileno(f), 0);
       if (map_ == MAP_FAILED) map_ = nullptr;
@@ -397,8 +398,13 @@ Source::Source(const std::string& path) {
   const int64_t offset = static_cast<int64_t>(inflated_.size());
   const std::string why = message == nullptr ? "" : message;
   gzclose(gz);
-  if (n < 0 || (err != Z_OK && err != Z_STREAM_END))
-    throw std::invalid_argument(fmt::format("{}: corrupt gzip data after {} bytes ({})", path, offset, why));
+  if (n >= 0 && (err == Z_OK || err == Z_STREAM_END)) return;
+  // zlib says Z_BUF_ERROR when the compressed stream stops before its end: a cut file, whose
+  // real offset is its size (the bytes of JSON inflated so far say how much survived).
+  if (err == Z_BUF_ERROR)
+    throw std::invalid_argument(fmt::format("{}: truncated at byte {} (the gzip stream ends early, after {} bytes of JSON)",
+                                            path, file_bytes, offset));
+  throw std::invalid_argument(fmt::format("{}: corrupt gzip data after {} bytes ({})", path, offset, why));
 }
 
 // B/E pairs become X slices, so everything downstream sees one kind of slice. An E without

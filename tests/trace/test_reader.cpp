@@ -2,6 +2,7 @@
 // on hand-written edge cases, and on thousands of corrupted inputs.
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -135,6 +136,51 @@ TEST(Reader, MalformedInputIsAnErrorNamingFileAndOffset) {
   expect_error_with_offset("[{\"ph\":\"X\",\"name\":\"\xff\xfe\",\"ts\":1}]", "invalid UTF-8");
   expect_error_with_offset(std::string(3000, '[') + std::string(3000, ']'), "very deep nesting");
   EXPECT_THROW(read_trace(kData + "no_such_file.json"), std::invalid_argument);
+}
+
+// A file cut short is named as truncated at the byte where it stops, wherever the cut falls: in
+// a string, between keys, after a comma. simdjson alone says "byte 0" for an unclosed string.
+void expect_truncated(const std::string& path, int64_t at, const std::string& why) {
+  try {
+    read_trace(path);
+    ADD_FAILURE() << path << ": no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(fmt::format("{}: truncated at byte {} ({}", path, at, why), 0), 0u) << e.what();
+  }
+}
+
+std::filesystem::path temp_file(const std::string& name) {
+  return std::filesystem::temp_directory_path() / fmt::format("opfuse-reader-{}-{}", ::getpid(), name);
+}
+
+TEST(Reader, ACutFileIsTruncatedAtItsSize) {
+  for (const char* file : {"kineto_backward_thread.json", "ascend_style_sample.json"}) {
+    const std::string json = slurp(kData + file);
+    const auto path = temp_file(file);
+    for (size_t cut = json.size() / 8; cut < json.size(); cut += json.size() / 8 + 13) {
+      SCOPED_TRACE(fmt::format("{} cut at {}", file, cut));
+      std::ofstream(path, std::ios::binary) << json.substr(0, cut);
+      expect_truncated(path.string(), static_cast<int64_t>(cut), "the file ends inside ");
+    }
+    std::filesystem::remove(path);
+  }
+}
+
+// A cut .gz ends its compressed stream early: the offset is in the file as it is on disk. A whole
+// .gz of a cut trace is truncated in its JSON.
+TEST(Reader, ACutGzipFileIsTruncatedAtItsSize) {
+  const std::string gz = slurp(kData + "kineto_rocm_minitoy.json.gz");
+  const auto path = temp_file("cut.json.gz");
+  std::ofstream(path, std::ios::binary) << gz.substr(0, gz.size() / 2);
+  expect_truncated(path.string(), static_cast<int64_t>(gz.size() / 2), "the gzip stream ends early, after ");
+
+  const std::string json = slurp(kData + "kineto_backward_thread.json");
+  gzFile out = gzopen(path.c_str(), "wb");
+  ASSERT_NE(out, nullptr);
+  gzwrite(out, json.data(), static_cast<unsigned>(json.size() / 2));
+  gzclose(out);
+  expect_truncated(path.string(), static_cast<int64_t>(json.size() / 2), "the file ends inside ");
+  std::filesystem::remove(path);
 }
 
 // One unusable event is skipped with a warning naming its byte offset; the rest are kept.
