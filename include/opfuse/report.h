@@ -40,7 +40,8 @@ std::string format_compare(const train::CompareResult& result);
 nlohmann::json compare_json(const train::CompareResult& result);
 
 // analyze: the summary, the top ops and the findings, for a terminal; `top` rows per table.
-std::string format_analysis(const analyze::Analysis& a, int top);
+// Findings with no estimated saving (listed last) are counted but left out unless `all`.
+std::string format_analysis(const analyze::Analysis& a, int top, bool all = false);
 std::string format_diff(const analyze::Diff& d, const analyze::Analysis& after, int top);
 // {"trace", "ops", "device", "findings", "diff": null}; add_diff fills "diff".
 nlohmann::json analysis_json(const analyze::Analysis& a);
@@ -55,12 +56,14 @@ nlohmann::json replacement_json(const tune::Replacement& r);
 // The analyze page's object for a tune run: the baseline's analysis, the diff, and "tune".
 nlohmann::json tune_page(const tune::TuneResult& r);
 
-// Throws std::invalid_argument "PATH: already exists (pass --force …)" unless overwrite is set
-// or PATH does not exist; commands call it before a long run, write_json again before writing.
-void refuse_overwrite(const std::string& path, bool overwrite);
-
-// Writes JSON to path; refuses to replace an existing
-// file unless overwrite is set.
+// Output files. "-" names stdout (for --json -). check_output_path throws std::invalid_argument
+// naming PATH, with the OS's reason, unless PATH can be written: its folder exists and takes a
+// file, it is no folder, and it does not exist yet unless overwrite is set. Commands call it
+// before any work; write_* call it again before writing.
+bool is_stdout(const std::string& path);
+void check_output_path(const std::string& path, bool overwrite);
+// The old name, still bound by python/src/bindings.cpp; goes when the binding calls the above.
+inline void refuse_overwrite(const std::string& path, bool overwrite) { check_output_path(path, overwrite); }
 void write_json(const std::string& path, const nlohmann::json& value, bool overwrite);
 void write_text(const std::string& path, const std::string& text, bool overwrite);
 

@@ -3,8 +3,9 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/plugin.h"
@@ -16,13 +17,13 @@ namespace opfuse::cli {
 namespace {
 
 struct AnalyzeArgs {
-  std::vector<std::string> traces;
+  std::string traces[2];  // the second is empty without a diff
   std::vector<std::string> rules;
   bool no_default_rules = false;
   std::string backend = "auto";
   int top = 15;
   std::string json, html;
-  bool force = false, measure = false;
+  bool force = false, measure = false, all = false;
 };
 
 analyze::Analysis analyze_one(const std::string& path, const AnalyzeArgs& args, const std::vector<analyze::Rule>& rules) {
@@ -44,14 +45,36 @@ analyze::Analysis analyze_one(const std::string& path, const AnalyzeArgs& args, 
   return analyze::analyze(t, path, rules, options);
 }
 
+// "a.json" and "./a.json" are one file; so are two paths through a link.
+bool same_file(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  if (report::is_stdout(a) || report::is_stdout(b)) return false;
+  auto resolved = [](const std::string& p, std::error_code& ec) {
+    return std::filesystem::weakly_canonical(std::filesystem::absolute(p), ec).lexically_normal();
+  };
+  std::error_code ea, eb;
+  const auto ca = resolved(a, ea), cb = resolved(b, eb);
+  return !ea && !eb && ca == cb;
+}
+
+// Every output is checked before a trace is read: a typo in a path fails at once, not after the
+// analysis. One file for both outputs would keep only the last written.
+void check_outputs(const AnalyzeArgs& args) {
+  if (!args.json.empty()) report::check_output_path(args.json, args.force);
+  if (!args.html.empty()) report::check_output_path(args.html, args.force);
+  if (!args.json.empty() && !args.html.empty() && same_file(args.json, args.html))
+    throw std::invalid_argument(fmt::format("{}: given for both --json and --html; give each its own file",
+                                            report::is_stdout(args.json) ? "- (stdout)" : args.json));
+}
+
 }  // namespace
 
 Run add_analyze(CLI::App& app) {
   auto args = std::make_shared<AnalyzeArgs>();
   auto* cmd = app.add_subcommand("analyze", "Find small-op chains in a trace, name their fused replacement and its saving");
-  cmd->add_option("TRACE", args->traces, "a Chrome trace (.json or .json.gz); a second one is diffed against the first")
-      ->required()
-      ->expected(1, 2)
+  // Two positionals rather than one taking 1-2 values, so the usage line reads TRACE [TRACE2].
+  cmd->add_option("TRACE", args->traces[0], "a Chrome trace (.json or .json.gz)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("TRACE2", args->traces[1], "a second trace, diffed against the first (before -> after)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--rules", args->rules, "also apply the rules in FILE (opfuse YAML or the Ascend advisor's file); they take precedence over the built-in ones")
       ->check(CLI::ExistingFile);
@@ -60,8 +83,11 @@ Run add_analyze(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda", "npu"}));
   cmd->add_option("--top", args->top, "rows per table")->capture_default_str()->check(CLI::Range(1, 100000));
-  cmd->add_option("--json", args->json, "write the analysis as JSON to FILE");
-  cmd->add_option("--html", args->html, "write a self-contained report page to FILE");
+  cmd->add_flag("--all", args->all,
+                "also list the findings with no estimated saving (always in --json and --html, sorted last)");
+  cmd->add_option("--json", args->json,
+                  "write the analysis as JSON to FILE; '-': to stdout, and the tables go to stderr");
+  cmd->add_option("--html", args->html, "write a self-contained report page to FILE (not the --json file; '-': to stdout)");
   cmd->add_flag("--force", args->force, "replace existing --json / --html files");
   cmd->add_flag("--measure", args->measure,
                 "time each opfuse replacement here at the recorded shapes instead of estimating it from bandwidth "
@@ -69,22 +95,25 @@ Run add_analyze(CLI::App& app) {
 
   return [cmd, args]() {
     if (!cmd->parsed()) return -1;
-    if (!args->json.empty()) report::refuse_overwrite(args->json, args->force);
-    if (!args->html.empty()) report::refuse_overwrite(args->html, args->force);
+    check_outputs(*args);
     const std::vector<analyze::Rule> rules = analyze::rule_set(args->rules, !args->no_default_rules);
     const auto start = std::chrono::steady_clock::now();
+    // Both traces are read before anything is printed: a bad second one fails with one line.
     const analyze::Analysis before = analyze_one(args->traces[0], *args, rules);
-    std::fputs(report::format_analysis(before, args->top).c_str(), stdout);
+    std::optional<analyze::Analysis> after;
+    if (!args->traces[1].empty()) after = analyze_one(args->traces[1], *args, rules);
+    // With --json -, stdout is the JSON alone, for a script to read; people get the tables on stderr.
+    std::FILE* tables = report::is_stdout(args->json) || report::is_stdout(args->html) ? stderr : stdout;
+    std::fputs(report::format_analysis(before, args->top, args->all).c_str(), tables);
     nlohmann::json json = report::analysis_json(before);
-    if (args->traces.size() == 2) {
-      const analyze::Analysis after = analyze_one(args->traces[1], *args, rules);
-      std::fputs(("\n" + report::format_analysis(after, args->top)).c_str(), stdout);
-      const analyze::Diff d = analyze::diff(before, after);
-      std::fputs(report::format_diff(d, after, args->top).c_str(), stdout);
-      report::add_diff(json, d, after);
+    if (after) {
+      std::fputs(("\n" + report::format_analysis(*after, args->top, args->all)).c_str(), tables);
+      const analyze::Diff d = analyze::diff(before, *after);
+      std::fputs(report::format_diff(d, *after, args->top).c_str(), tables);
+      report::add_diff(json, d, *after);
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stdout, "\nanalysed in %.2f s\n", seconds);
+    std::fprintf(tables, "\nanalysed in %.2f s\n", seconds);
     if (!args->json.empty()) report::write_json(args->json, json, args->force);
     if (!args->html.empty()) report::write_text(args->html, report::analysis_html(json), args->force);
     return 0;

@@ -56,7 +56,7 @@ Run add_bench_op(CLI::App& app) {
     if (!cmd->parsed()) return -1;
     auto progress = std::make_shared<Progress>("bench-op " + args->options.op);
     args->options.progress = [progress](int done, int total) { progress->update(done, total); };
-    if (!args->json.empty()) report::refuse_overwrite(args->json, args->force);
+    if (!args->json.empty()) report::check_output_path(args->json, args->force);
     const auto result = bench::bench_op(args->options);
     progress->clear();
     std::fputs(report::format_op_bench(result).c_str(), stdout);

@@ -108,7 +108,7 @@ Run add_train(CLI::App& app) {
   return [cmd, a]() {
     if (!cmd->parsed()) return -1;
     for (const std::string* out : {&a->json, &a->options.profile})
-      if (!out->empty()) report::refuse_overwrite(*out, a->force);
+      if (!out->empty()) report::check_output_path(*out, a->force);
     if (a->profile_overhead) {
       const train::OverheadResult r = train::profiler_overhead(a->options, a->rounds);
       std::printf("plain step     %.1f ms (median)\nprofiled step  %.1f ms (median, %zu events per step)\n"

@@ -140,7 +140,7 @@ nlohmann::json ops_json(const Analysis& a) {
 
 }  // namespace
 
-std::string format_analysis(const Analysis& a, int top) {
+std::string format_analysis(const Analysis& a, int top, bool all) {
   const auto& s = a.trace;
   std::string out = fmt::format("trace     {}\ndialect   {}, backend {}\nevents    {}", s.path, s.dialect,
                                 analyze::backend_name(s.backend), s.events);
@@ -164,8 +164,12 @@ std::string format_analysis(const Analysis& a, int top) {
   if (s.has_device) header.push_back("device ms");
   out += fmt::format("\ntop {} ops by self time\n", rows.size()) + format_table(header, rows);
 
+  // Findings come sorted by saving, so those that save nothing are the tail: a fusion that
+  // saves nothing is no advice, and would read as one when it is the only row.
+  const auto saving = std::find_if(a.findings.begin(), a.findings.end(), [](const Finding& f) { return f.est_saving_us <= 0; });
+  const auto listed = all ? a.findings.size() : static_cast<size_t>(saving - a.findings.begin());
   rows.clear();
-  for (size_t i = 0; i < a.findings.size() && static_cast<int>(i) < top; ++i) {
+  for (size_t i = 0; i < listed && static_cast<int>(i) < top; ++i) {
     const auto& f = a.findings[i];
     rows.push_back({f.mined ? clip(f.pattern, 40) : f.rule, clip(f.replacement, 40), std::to_string(f.occurrences),
                     ms(per_step(a, f.time_us)), ms(per_step(a, f.est_saving_us)), f.estimate, places(f, 3)});
@@ -174,6 +178,8 @@ std::string format_analysis(const Analysis& a, int top) {
   out += fmt::format("\nfindings: {} ({} shown; times {})\n", a.findings.size(), rows.size(), unit);
   if (!rows.empty())
     out += format_table({"rule", "replacement", "occurrences", "time ms", "est. saving ms", "estimate", "where"}, rows);
+  if (listed < a.findings.size())
+    out += fmt::format("{} with no estimated saving not listed (--all lists them)\n", a.findings.size() - listed);
   return out;
 }
 

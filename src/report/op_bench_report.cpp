@@ -1,8 +1,5 @@
 #include <fmt/format.h>
 
-#include <filesystem>
-#include <fstream>
-#include <stdexcept>
 
 #include "opfuse/report.h"
 
@@ -64,27 +61,6 @@ nlohmann::json op_bench_json(const bench::OpBenchResult& r) {
           {"copy_gbps", r.copy_gbps},
           {"machine", machine_json(r.machine)},
           {"environment", environment_json(r.environment)}};
-}
-
-void refuse_overwrite(const std::string& path, bool overwrite) {
-  if (!overwrite && std::filesystem::exists(path))
-    throw std::invalid_argument(fmt::format("{}: already exists (pass --force to replace it)", path));
-}
-
-void write_json(const std::string& path, const nlohmann::json& value, bool overwrite) {
-  refuse_overwrite(path, overwrite);
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error(fmt::format("{}: cannot open for writing", path));
-  // Invalid UTF-8 (say, in a path) is replaced rather than losing the whole result.
-  out << value.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  if (!out) throw std::runtime_error(fmt::format("{}: write failed", path));
-}
-
-void write_text(const std::string& path, const std::string& text, bool overwrite) {
-  refuse_overwrite(path, overwrite);
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw std::runtime_error(fmt::format("{}: cannot write", path));
 }
 
 }  // namespace opfuse::report

@@ -10,6 +10,7 @@ trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
 
 "$opfuse" analyze --help | grep -q -- --rules
+"$opfuse" analyze --help | grep -q "analyze \[OPTIONS\] TRACE \[TRACE2\]$"
 
 for swish in memory-efficient fused; do
   "$opfuse" train --image-size 64 --batch-size 4 --steps 1 --warmup 1 --num-classes 10 --swish $swish \
@@ -109,6 +110,47 @@ PY
 expect_usage_error analyze "$data/traces/kineto_cpu_only.json.gz" --json "$tmp/a.json"
 grep -q "already exists" "$tmp/err"
 
+# Outputs are checked before a trace is read: one line with the OS's reason, and no tables.
+cpu="$data/traces/kineto_cpu_only.json.gz"
+expect_usage_error analyze "$cpu" --json "$tmp/nodir/x.json"
+grep -q "nodir/x.json: cannot write into .*/nodir/ (No such file or directory)$" "$tmp/err"
+[ ! -s "$tmp/out" ]
+expect_usage_error analyze "$cpu" --html "$tmp/a.json/x.html"
+grep -q "a.json/x.html: cannot write into .*/a.json/ (Not a directory)$" "$tmp/err"
+[ ! -s "$tmp/out" ]
+expect_usage_error analyze "$cpu" --json "$tmp" --force
+grep -q ": is a folder, not a file name$" "$tmp/err"
+if [ "$(id -u)" -ne 0 ]; then  # root writes anywhere
+  mkdir "$tmp/read-only" && chmod 555 "$tmp/read-only"
+  expect_usage_error analyze "$cpu" --json "$tmp/read-only/x.json"
+  grep -q "(Permission denied)$" "$tmp/err"
+fi
+expect_usage_error analyze "$cpu" --json "$tmp/same.json" --html "$tmp/./same.json"
+grep -q "same.json: given for both --json and --html" "$tmp/err"
+[ ! -e "$tmp/same.json" ] && [ ! -s "$tmp/out" ]
+expect_usage_error analyze "$cpu" --json - --html -
+grep -q "given for both --json and --html" "$tmp/err"
+
+# --json -: stdout holds the JSON alone (no file named '-'); the tables go to stderr.
+(cd "$tmp" && "$opfuse" analyze "$cpu" "$data/traces/kineto_rocm_minitoy.json.gz" --json - > stdout.json 2> tables.txt)
+/usr/bin/python3 -c "import json, sys; a = json.load(open(sys.argv[1])); assert a['diff']['after']" "$tmp/stdout.json"
+grep -q "^findings" "$tmp/tables.txt" && grep -q "^before -> after" "$tmp/tables.txt"
+[ ! -e "$tmp/-" ]
+
+# Findings that save nothing come last and are left out of the table unless --all.
+printf '{"traceEvents": [
+{"ph":"X","cat":"cpu_op","name":"aten::softplus","pid":1,"tid":1,"ts":0,"dur":10,"args":{"Input Dims":[[64,64]]}},
+{"ph":"X","cat":"cpu_op","name":"aten::tanh","pid":1,"tid":1,"ts":20,"dur":10,"args":{"Input Dims":[[64,64]]}},
+{"ph":"X","cat":"cpu_op","name":"aten::mul","pid":1,"tid":1,"ts":40,"dur":10,"args":{"Input Dims":[[64,64],[64,64]]}},
+{"ph":"X","cat":"cpu_op","name":"aten::sigmoid","pid":1,"tid":2,"ts":100,"dur":10,"args":{"Input Dims":[[64,64]]}},
+{"ph":"X","cat":"cpu_op","name":"aten::mul","pid":1,"tid":2,"ts":120,"dur":0,"args":{"Input Dims":[[64,64],[64,64]]}}]}' \
+  > "$tmp/zero.json"
+"$opfuse" analyze "$tmp/zero.json" --json "$tmp/zero-out.json" > "$tmp/zero.txt"
+grep -q "^findings: 2 (1 shown" "$tmp/zero.txt" && grep -q "^mish " "$tmp/zero.txt" && ! grep -q "^silu " "$tmp/zero.txt"
+grep -q "^1 with no estimated saving not listed (--all lists them)" "$tmp/zero.txt"
+"$opfuse" analyze "$tmp/zero.json" --all | sed -n '/^findings/,$p' | grep -A1 "^mish " | grep -q "^silu .* 0.00 "
+/usr/bin/python3 -c "import json, sys; f = json.load(open(sys.argv[1]))['findings']; assert [(x['rule'], x['est_saving_us']) for x in f] == [('mish', 20.0), ('silu', 0.0)], f" "$tmp/zero-out.json"
+
 # Bad input: one line naming the file (and the byte offset for malformed JSON), exit 2.
 : > "$tmp/empty.json"
 expect_usage_error analyze "$tmp/empty.json"
@@ -120,6 +162,9 @@ grep -q "truncated.json: truncated at byte 2040 (the file ends inside a string)"
 head -c 3000 "$data/traces/kineto_rocm_minitoy.json.gz" > "$tmp/truncated.json.gz"
 expect_usage_error analyze "$tmp/truncated.json.gz"
 grep -q "truncated.json.gz: truncated at byte 3000 (the gzip stream ends early" "$tmp/err"
+# Both traces are read before anything is printed: a bad second one gives only its line.
+expect_usage_error analyze "$cpu" "$tmp/truncated.json"
+[ ! -s "$tmp/out" ]
 printf '[{"ph":"X","name":"a","ts":1,"dur":1,"cat":"whatever"}]' > "$tmp/unknown.json"
 expect_usage_error analyze "$tmp/unknown.json"
 grep -q "not a trace opfuse recognises" "$tmp/err"
