@@ -38,7 +38,10 @@ std::string output_folder(const std::string& requested, bool force) {
   for (int n = 2; !force && holds_a_run(dir); ++n) dir = fmt::format("{}-{}", requested, n);
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) throw std::invalid_argument(fmt::format("{}: cannot create the folder", dir.string()));
+  if (ec) throw std::invalid_argument(fmt::format("{}: cannot create the folder ({})", dir.string(), ec.message()));
+  if (!fs::is_directory(dir)) throw std::invalid_argument(fmt::format("{}: is a file, not a folder", dir.string()));
+  // Checked now, not when the report is written after minutes of training.
+  report::check_output_path((dir / "report.json").string(), true);
   return dir.string();
 }
 
@@ -56,12 +59,14 @@ void add_model_options(CLI::App* cmd, TuneArgs& a) {
 }
 
 int run_tune(TuneArgs& a) {
-  if (!a.json.empty()) report::refuse_overwrite(a.json, a.force);
+  if (!a.json.empty()) report::check_output_path(a.json, a.force);
   a.options.rules = analyze::rule_set(a.rules, !a.no_default_rules);
   a.options.measure_ops = !a.no_measure;
   tune::validate(a.options);
   a.options.out_dir = output_folder(a.out, a.force);
-  std::fprintf(stdout, "output in %s/\n", a.options.out_dir.c_str());
+  // With --json -, stdout is the JSON alone, for a script to read; people get the rest on stderr.
+  std::FILE* out = report::is_stdout(a.json) ? stderr : stdout;
+  std::fprintf(out, "output in %s/\n", a.options.out_dir.c_str());
 
   int stage = 0;
   auto progress = std::make_unique<Progress>("");
@@ -70,28 +75,28 @@ int run_tune(TuneArgs& a) {
   hooks.stage = [&](const std::string& what) {
     progress = std::make_unique<Progress>(what.substr(0, what.find(':')));
     const double at = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stdout, "\n[%d] %s (at %.1f s)\n", ++stage, what.c_str(), at);
-    std::fflush(stdout);
+    std::fprintf(out, "\n[%d] %s (at %.1f s)\n", ++stage, what.c_str(), at);
+    std::fflush(out);
   };
   hooks.progress = [&](int done, int total) { progress->update(done, total); };
   hooks.warning = [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); };
-  hooks.analysed = [](const analyze::Analysis& a) {
-    std::fputs(report::format_analysis(a, 10).c_str(), stdout);
-    std::fflush(stdout);
+  hooks.analysed = [out](const analyze::Analysis& a) {
+    std::fputs(report::format_analysis(a, 10).c_str(), out);
+    std::fflush(out);
   };
   const tune::TuneResult r = tune::tune(a.options, hooks);
   progress.reset();
-  std::fputs(report::format_tune(r).c_str(), stdout);
+  std::fputs(report::format_tune(r).c_str(), out);
 
   const nlohmann::json json = report::tune_json(r);
   const std::string dir = a.options.out_dir;
   report::write_json(dir + "/report.json", json, a.force);
   report::write_text(dir + "/report.html", report::analysis_html(report::tune_page(r)), a.force);
   if (!a.json.empty()) report::write_json(a.json, json, a.force);
-  std::fprintf(stdout, "\nwrote %s/report.json, %s/report.html, %s", dir.c_str(), dir.c_str(), r.baseline.trace.c_str());
-  if (r.any_verified) std::fprintf(stdout, ", %s", r.tuned.trace.c_str());
-  for (const auto& f : r.saved) std::fprintf(stdout, ", %s", f.c_str());
-  std::fputs("\n", stdout);
+  std::fprintf(out, "\nwrote %s/report.json, %s/report.html, %s", dir.c_str(), dir.c_str(), r.baseline.trace.c_str());
+  if (r.any_verified) std::fprintf(out, ", %s", r.tuned.trace.c_str());
+  for (const auto& f : r.saved) std::fprintf(out, ", %s", f.c_str());
+  std::fputs("\n", out);
   return r.any_verified ? 0 : 1;
 }
 
@@ -127,7 +132,7 @@ Run add_tune(CLI::App& app) {
   cmd->add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();
   cmd->add_option("--out", a->out, "folder for traces, report and tuned model (a numbered sibling if it holds a run)")
       ->capture_default_str();
-  cmd->add_option("--json", a->json, "also write report.json's content to FILE");
+  cmd->add_option("--json", a->json, "also write report.json's content to FILE; '-': to stdout, and the rest goes to stderr");
   cmd->add_flag("--force", a->force, "write into --out and --json even if they hold an earlier run");
   cmd->add_flag("--no-measure", a->no_measure, "estimate savings from bandwidth only, without timing opfuse ops");
   add_model_options(cmd, *a);
@@ -144,7 +149,7 @@ Run add_rewrite(CLI::App& app) {
   add_model_options(cmd, *a);
   return [cmd, a, in, out]() {
     if (!cmd->parsed()) return -1;
-    report::refuse_overwrite(*out, a->force);
+    report::check_output_path(*out, a->force);
     a->options.model = *in;
     if (a->options.input_shape.empty())
       throw std::invalid_argument(fmt::format("{}: pass --input-shape (e.g. 16,3,224,224) to verify the rewrite", *in));

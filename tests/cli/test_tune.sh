@@ -21,6 +21,14 @@ expect_usage_error rewrite "$data/rules/wrong_silu.yaml" "$tmp/x.pt" --input-sha
 small="--image-size 32 --batch-size 2 --num-classes 10 --steps 1 --warmup 1 --profile-steps 1 --threads 1"
 tiny="$small --rounds 2 --min-gain -1"
 
+# Output paths are checked before any training, with the OS's reason; no folder is left behind.
+expect_usage_error tune $tiny --json "$tmp/nodir/t.json" --out "$tmp/never"
+grep -q "nodir/t.json: cannot write into .*/nodir/ (No such file or directory)$" "$tmp/err"
+[ ! -e "$tmp/never" ] && [ ! -s "$tmp/out" ]
+: > "$tmp/a-file"
+expect_usage_error tune $tiny --out "$tmp/a-file/run"
+grep -q "a-file/run: cannot create the folder (Not a directory)$" "$tmp/err"
+
 # An earlier run's folder is left alone: this run goes to run-2.
 mkdir "$tmp/run" && echo '{}' > "$tmp/run/report.json"
 "$opfuse" tune $tiny --out "$tmp/run" --json "$tmp/tune.json" > "$tmp/tune.txt"
@@ -86,8 +94,12 @@ grep -q "opfuse::silu" "$tmp/rewrite.txt"
 expect_usage_error rewrite "$tmp/net.pt" "$tmp/net.fused.pt" --input-shape 4,3,32,32
 
 "$opfuse" tune --model "$tmp/net.pt" --input-shape 4,3,32,32 --steps 1 --rounds 2 --warmup 1 --profile-steps 1 \
-  --min-gain -1 --threads 1 --out "$tmp/ts" > "$tmp/ts.txt"
+  --min-gain -1 --threads 1 --out "$tmp/ts" --json - > "$tmp/ts.json" 2> "$tmp/ts.txt"
 "$python" "$here/../python/check_rewritten.py" "$library" "$tmp/net.pt" "$tmp/ts/tuned.pt" | grep -q ok
+# --json -: stdout is report.json alone; the stages and the summary went to stderr.
+"$python" -c "import json, sys; assert json.load(open(sys.argv[1])) == json.load(open(sys.argv[2]))" \
+  "$tmp/ts.json" "$tmp/ts/report.json"
+grep -q "^\[1\] " "$tmp/ts.txt" && grep -q "^wrote .*/ts/report.json" "$tmp/ts.txt"
 
 # A wrong rewrite is rejected by verification and nothing is kept: exit 1.
 if "$opfuse" rewrite "$tmp/net.pt" "$tmp/wrong.pt" --input-shape 4,3,32,32 --no-default-rules \
