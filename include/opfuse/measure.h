@@ -73,6 +73,11 @@ Run per_step(std::function<double()> step, int steps);
 Measurement interleave(const std::vector<Run>& variants, const Options& options,
                        const std::function<bool(const Measurement&)>& settled = {});
 
+// From now on, memory this process frees stays with it (tensors up to 32 MiB come from a heap
+// that is never trimmed), as interleave sets it up before measuring. Call it before profiling
+// what will be measured, so a trace's times and the measurement share one memory regime.
+void keep_freed_memory();
+
 // A percentile-bootstrap interval of the median of xs (fixed seed: the same data give the same
 // interval); unbounded for fewer than two values.
 Interval bootstrap_median(const std::vector<double>& xs, double confidence);

@@ -63,20 +63,6 @@ double resident_bytes() {
   return resident * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
 
-// Memory freed between rounds stays with the process: tensors up to 32 MiB come from the heap,
-// which is never trimmed. Otherwise every round maps and faults fresh pages, and in a virtual
-// machine that reports free pages to its host a fault can stall for tens of milliseconds: a
-// 3 ms op measured 3 or 40 ms at random. Then as much again as the warm-up needed is touched and
-// freed, so rounds that fragment the heap find pages already there.
-void keep_freed_memory() {
-  static const bool once = [] {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-    return true;
-  }();
-  (void)once;
-}
-
 // Memory the kernel could still hand out (MemAvailable), or 0 where it cannot be read.
 double available_bytes() {
   std::ifstream in("/proc/meminfo");
@@ -103,6 +89,20 @@ void prefault(double bytes) {
 }
 
 }  // namespace
+
+// Memory freed between rounds stays with the process: tensors up to 32 MiB come from the heap,
+// which is never trimmed. Otherwise every round maps and faults fresh pages, and in a virtual
+// machine that reports free pages to its host a fault can stall for tens of milliseconds: a
+// 3 ms op measured 3 or 40 ms at random. (interleave then touches and frees as much again as
+// the warm-up needed, so rounds that fragment the heap find pages already there.)
+void keep_freed_memory() {
+  static const bool once = [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+    return true;
+  }();
+  (void)once;
+}
 
 Interval bootstrap_median(const std::vector<double>& xs, double confidence) {
   // One value says nothing about the spread.
