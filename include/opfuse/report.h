@@ -62,8 +62,6 @@ nlohmann::json tune_page(const tune::TuneResult& r);
 // before any work; write_* call it again before writing.
 bool is_stdout(const std::string& path);
 void check_output_path(const std::string& path, bool overwrite);
-// The old name, still bound by python/src/bindings.cpp; goes when the binding calls the above.
-inline void refuse_overwrite(const std::string& path, bool overwrite) { check_output_path(path, overwrite); }
 void write_json(const std::string& path, const nlohmann::json& value, bool overwrite);
 void write_text(const std::string& path, const std::string& text, bool overwrite);
 

@@ -280,7 +280,7 @@ def profile(model, inputs, loss_fn, steps=2, path="opfuse.trace.json", optimizer
     module scopes named by the module tree (`features.3.block.1`) and "Module Hierarchy" on every
     op, so analyze names the module of forward and backward findings. Returns the path."""
     inputs = _as_inputs(inputs)
-    _C.refuse_overwrite(path, force)
+    _C.check_output_path(path, force)
     work = PythonWorkload(_copy_of(model), inputs, loss_fn, optimizer, [], calls={})
     _check_runs(work.model, inputs, loss_fn)
     for _ in range(warmup):

@@ -56,7 +56,7 @@ def main(argv=None):
             print(opfuse.analyze(args.traces, rules=args.rules))
             return 0
         if args.json:
-            opfuse._C.refuse_overwrite(args.json, args.force)
+            opfuse._C.check_output_path(args.json, args.force)
         torch.set_num_threads(args.threads or os.cpu_count() or 1)
         model, inputs, loss_fn, *optimizer = load_factory(args.factory)
         result = opfuse.tune(model, inputs, loss_fn, optimizer[0] if optimizer else None, rules=args.rules,

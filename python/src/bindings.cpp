@@ -264,5 +264,5 @@ PYBIND11_MODULE(_C, m) {
     if (!scopes.empty()) scopes.pop_back();
   });
   m.def("top_level_ops", &top_level_ops, py::arg("fn"), "the names of the top-level ops fn() runs on this thread");
-  m.def("refuse_overwrite", &opfuse::report::refuse_overwrite, py::arg("path"), py::arg("overwrite"));
+  m.def("check_output_path", &opfuse::report::check_output_path, py::arg("path"), py::arg("overwrite"));
 }
