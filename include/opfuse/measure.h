@@ -27,6 +27,11 @@ struct Options {
   int calls = 1;
   double confidence = 0.95;
   std::function<void(int done, int total)> progress;  // rounds done of the current planned total
+  // Ranks measuring together (torch.distributed): true only when every rank's `stop` is, so that
+  // all run the same rounds. Unset: a lone process.
+  std::function<bool(bool stop)> all_stop;
+  // Processes whose CPU time is this measurement's own, not other load: the other ranks here.
+  std::vector<int> siblings;
 };
 
 // One variant's times, one per round, in the unit its Run returns (ms per step).
@@ -86,7 +91,8 @@ Interval bootstrap_median(const std::vector<double>& xs, double confidence);
 struct CpuSample {
   double wall_s = 0, own_cpu_s = 0, machine_busy_s = 0;
 };
-CpuSample sample_cpu();
+// `siblings`' CPU time counts as this process's own.
+CpuSample sample_cpu(const std::vector<int>& siblings = {});
 Machine machine_between(const CpuSample& from, const CpuSample& to, int threads);
 
 // What the figures depend on.
@@ -99,6 +105,8 @@ struct Environment {
   std::string torch;           // LibTorch version
   std::vector<std::string> warnings;  // with the fix
 };
-Environment environment();
+// `processes` share the cores (the ranks on this machine): fewer threads than cores is warned of
+// only when all of theirs are.
+Environment environment(int processes = 1);
 
 }  // namespace opfuse::measure

@@ -90,7 +90,8 @@ struct NotApplied {
 
 struct Side {
   std::string variant;      // what the model ran, e.g. "swish=fused se_gate=composite"
-  measure::Series step_ms;  // ms per step, one per round
+  measure::Series step_ms;  // ms per step, one per round (among ranks, the slowest rank's)
+  std::vector<double> rank_step_ms;  // among ranks: each rank's own median step time, by rank
   // Derived from the step time (samples per step / median step time), never measured apart;
   // TuneResult::sample_unit says what a sample is.
   double images_per_sec = 0;
@@ -110,6 +111,7 @@ struct RuleTime {
 struct TuneResult {
   std::string model;
   int image_size = 0, batch_size = 0, steps = 0, rounds = 0, threads = 0;
+  int ranks = 1;  // processes that trained together (torch.distributed); batch_size is all of theirs
   std::vector<int64_t> input_shape;  // TorchScript models
   std::string sample_unit = "images";  // what images_per_sec counts: images, sequences, samples
   Side baseline, tuned;

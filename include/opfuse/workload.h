@@ -57,6 +57,15 @@ class Workload {
   virtual void set_profiling(bool /*on*/) {}
   // Writes the model so it can be used; returns the paths written.
   virtual std::vector<std::string> save(const std::string& path_without_extension) const = 0;
+
+  // The processes that train this workload together (torch.distributed ranks; its step is
+  // collective) and this one's place among them. The loop takes every decision on what all ranks
+  // saw, so that all take the same ones. A lone process is a group of one.
+  virtual int rank() const { return 0; }
+  virtual int ranks() const { return 1; }
+  // Every rank's `mine`, by rank. Collective: every rank calls it at the same point of the loop;
+  // throws, naming the rank, when one has gone.
+  virtual std::vector<std::string> gather(const std::string& mine) const { return {mine}; }
 };
 
 }  // namespace opfuse::tune

@@ -18,7 +18,7 @@ from . import _native
 
 _C = _native.load(__path__)
 
-from . import functional, nn, rewrite  # noqa: E402
+from . import distributed, functional, nn, rewrite  # noqa: E402
 from .workload import make as _make_workload  # noqa: E402
 
 __all__ = ["tune", "patch", "profile", "analyze", "environment", "TuneResult", "Analysis", "functional", "nn"]
@@ -177,7 +177,7 @@ def environment():
 
 def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules=False, out=None, force=False,
          min_gain=0.02, steps=3, rounds=5, max_rounds=20, keep_inconclusive=False, warmup=2, profile_steps=2, seed=0,
-         threads=0, measure_ops=True, quiet=False):
+         threads=0, measure_ops=True, quiet=False, group=None):
     """Profiles training steps of `model`, finds the chains the rules name, replaces each on a copy
     with a fused op, verifies outputs and every gradient (float64 and float32), measures baseline
     and rewrites alternating in paired rounds, and keeps what verified and whose gain's 95%
@@ -191,39 +191,84 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
     out:       folder for report.json, report.html and both traces (a numbered sibling when it
                holds an earlier run, unless force); default: a temporary folder
     threads:   intra-op threads (0: as torch is set)
+    group:     inside an initialised torch.distributed process group (e.g. under torchrun) every
+               rank calls tune with its own inputs; the ranks (of `group`, default the world)
+               profile, verify and measure together and take the same decisions: one plan from
+               every rank's findings, a rewrite kept only if it verified on every rank, a step as
+               long as the slowest rank's, samples counted over all ranks. Traces are
+               rank{r}.baseline.trace.json; rank 0 writes the report. `model` may be a
+               DistributedDataParallel: its module is tuned and the result rewrapped alike.
     """
     for name, value in (("steps", steps), ("rounds", rounds), ("profile_steps", profile_steps)):
         if value < 1:
             raise ValueError(f"{name} must be at least 1")
     if max_rounds and max_rounds < rounds:
         raise ValueError(f"max_rounds {max_rounds} is below rounds {rounds} (0 runs `rounds` only)")
+    ranks = distributed.Ranks(group) if group is not None or distributed.active() else None
+    model, ddp_settings = distributed.unwrap(model)
     inputs = _as_inputs(inputs)
-    pristine_model = _copy_of(model)
-    _check_runs(pristine_model, inputs, loss_fn)
-    rule_list = _rules(rules, not no_default_rules)
+    prepared = {}
+
+    def prepare():
+        prepared["model"] = _copy_of(model)
+        _check_runs(prepared["model"], inputs, loss_fn)
+        prepared["rules"] = _rules(rules, not no_default_rules)
+
+    if ranks is None:
+        prepare()
+    else:
+        ranks.agree(prepare)  # a bad input on one rank stops every rank, naming it
+        ranks.sync_model(prepared["model"])
+        quiet = quiet or ranks.rank != 0
+    rule_list = prepared["rules"]
+    folder = _run_folder(out, force, ranks)
+    report = _Progress(quiet)
+    pristine = PythonWorkload(prepared["model"], inputs, loss_fn, optimizer, rule_list, ranks=ranks,
+                              ddp_settings=ddp_settings)
+    if ranks is not None:
+        pristine.samples = sum(int(n) for n in ranks.gather(str(pristine.samples)))
+    options = dict(out_dir=folder, steps=steps, rounds=rounds, max_rounds=max_rounds, warmup=warmup,
+                   profile_steps=profile_steps, min_gain=min_gain, keep_inconclusive=keep_inconclusive, seed=seed,
+                   threads=threads, measure_ops=measure_ops)
+    try:
+        got = _C.tune(pristine, rule_list, options, report.stage, report.progress)
+    except distributed.RankFailed:
+        raise
+    except RuntimeError as e:
+        if ranks is None:
+            raise
+        raise distributed.RankFailed(ranks.diagnose(e)) from e  # a DDP step failed: a rank has gone
+    data = json.loads(got["json"])
+    data["where"] = "python"
+    data["not_traced"] = pristine.not_traced
+    tuned = got["tuned"]
+    tuned_model = tuned.model if tuned is not None else pristine.model
+    if ranks is not None:
+        data["model_sha256"] = ranks.check_identical(tuned_model)
+    if ranks is None or ranks.rank == 0:
+        _write(os.path.join(folder, "report.json"), json.dumps(data, indent=2))
+        _write(os.path.join(folder, "report.html"), got["html"])
+    if ddp_settings is not None:
+        tuned_model = ranks.wrap(tuned_model, ddp_settings)
+    result = TuneResult(data, tuned_model, got["analysis_text"] + got["text"], pristine.not_traced)
+    result.out = folder
+    if not quiet:
+        print(result.text + f"\nwrote {folder}/report.json, report.html and the traces", file=sys.stderr)
+    return result
+
+
+def _run_folder(out, force, ranks):
+    """The folder for this run; among ranks, the one rank 0 chose."""
+    if ranks is not None and ranks.rank != 0:
+        folder = ranks.from_first(None)
+        os.makedirs(folder, exist_ok=True)  # ranks on other machines write their traces there too
+        return folder
     if out is None:
         import tempfile
         folder = tempfile.mkdtemp(prefix="opfuse-")
     else:
         folder = _out_folder(out, force)
-    report = _Progress(quiet)
-    pristine = PythonWorkload(pristine_model, inputs, loss_fn, optimizer, rule_list)
-    options = dict(out_dir=folder, steps=steps, rounds=rounds, max_rounds=max_rounds, warmup=warmup,
-                   profile_steps=profile_steps, min_gain=min_gain, keep_inconclusive=keep_inconclusive, seed=seed,
-                   threads=threads, measure_ops=measure_ops)
-    got = _C.tune(pristine, rule_list, options, report.stage, report.progress)
-    data = json.loads(got["json"])
-    data["where"] = "python"
-    data["not_traced"] = pristine.not_traced
-    _write(os.path.join(folder, "report.json"), json.dumps(data, indent=2))
-    _write(os.path.join(folder, "report.html"), got["html"])
-    tuned = got["tuned"]
-    result = TuneResult(data, tuned.model if tuned is not None else pristine.model,
-                        got["analysis_text"] + got["text"], pristine.not_traced)
-    result.out = folder
-    if not quiet:
-        print(result.text + f"\nwrote {folder}/report.json, report.html and the traces", file=sys.stderr)
-    return result
+    return ranks.from_first(folder) if ranks is not None else folder
 
 
 def _write(path, text):

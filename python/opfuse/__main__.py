@@ -1,5 +1,7 @@
-"""python3 -m opfuse tune FILE.py:FACTORY [--out DIR] …: the tune loop on a Python model, no code
-edit. FACTORY() returns (model, inputs, loss_fn[, optimizer_factory])."""
+"""python3 -m opfuse tune FILE.py:FACTORY [--out DIR] [--nproc N] …: the tune loop on a Python model,
+no code edit. FACTORY() returns (model, inputs, loss_fn[, optimizer_factory]); with --nproc N (or
+under torchrun) it runs on every rank, which may call torch.distributed.get_rank() to pick its
+shard of the data."""
 import argparse
 import importlib.util
 import os
@@ -43,10 +45,17 @@ def main(argv=None):
     t.add_argument("--profile-steps", type=int, default=2)
     t.add_argument("--threads", type=int, default=0, help="intra-op threads (0: all cores)")
     t.add_argument("--json", help="also write report.json's content to FILE")
+    t.add_argument("--nproc", type=int, default=1,
+                   help="ranks on this machine, started by torch's launcher (torch.distributed.run), Gloo between them")
+    t.add_argument("--timeout", type=float, default=600,
+                   help="seconds a rank waits for the others in a collective before giving up (with --nproc)")
     a = sub.add_parser("analyze", help="the analysis of a trace (or two, with their diff)")
     a.add_argument("traces", nargs="+")
     a.add_argument("--rules", action="append", default=[])
     args = parser.parse_args(argv)
+
+    if args.command == "tune" and args.nproc > 1 and "RANK" not in os.environ:
+        return launch(args.nproc, sys.argv[1:] if argv is None else argv)
 
     import torch
     import opfuse
@@ -57,7 +66,9 @@ def main(argv=None):
             return 0
         if args.json:
             opfuse._C.check_output_path(args.json, args.force)
-        torch.set_num_threads(args.threads or os.cpu_count() or 1)
+        ranks = opfuse.distributed.init_from_environment(args.timeout)
+        per_rank = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        torch.set_num_threads(args.threads or per_rank)
         model, inputs, loss_fn, *optimizer = load_factory(args.factory)
         result = opfuse.tune(model, inputs, loss_fn, optimizer[0] if optimizer else None, rules=args.rules,
                              no_default_rules=args.no_default_rules, out=args.out, force=args.force,
@@ -67,11 +78,43 @@ def main(argv=None):
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"opfuse: {e}", file=sys.stderr)
         return 2
-    if args.json:
+    except opfuse.distributed.RankFailed as e:
+        print(f"opfuse: {e}", file=sys.stderr)
+        return 3
+    if args.json and (not ranks or torch.distributed.get_rank() == 0):
         import json
         with open(args.json, "w") as f:
             json.dump(result.to_json(), f, indent=2)
     return 0 if any(r.verified for r in result.replacements) else 1
+
+
+def launch(nproc, argv):
+    """Starts nproc ranks of this command on this machine through torch's own launcher (the
+    elastic agent torchrun runs); returns the job's exit status, naming a rank that failed."""
+    import socket
+    import uuid
+    from torch.distributed.elastic.multiprocessing import Std
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    with socket.socket() as s:  # a free port for the rendezvous: runs side by side do not collide
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    # Std.NONE given as such: torch 1.13's own flag parsing of "--redirects 0" fails on Python 3.11.
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
+                          rdzv_backend="c10d", rdzv_endpoint=f"localhost:{port}", max_restarts=0,
+                          monitor_interval=1, redirects=Std.NONE, tee=Std.NONE)
+    try:
+        elastic_launch(config, sys.executable)("-m", "opfuse", *argv)
+    except ChildFailedError as e:
+        failed = sorted(e.failures.items())
+        statuses = {f.exitcode for _, f in failed}
+        if statuses <= {2, 3}:  # the ranks said why themselves
+            return max(statuses)
+        names = ", ".join(f"rank {f.rank} (exit code {f.exitcode})" for _, f in failed)
+        print(f"opfuse: {names} failed; the other ranks were stopped", file=sys.stderr)
+        return 3
+    return 0
 
 
 if __name__ == "__main__":

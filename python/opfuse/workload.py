@@ -26,7 +26,11 @@ def make(native):
     """The Workload class over this process's opfuse._C."""
 
     class PythonWorkload(native.Workload):
-        def __init__(self, model, inputs, loss_fn, optimizer, rules, calls=None, applied=(), not_traced=None):
+        """ranks: the torch.distributed ranks training together (opfuse.distributed.Ranks) with
+        ddp_settings for the DistributedDataParallel each step runs through; None alone."""
+
+        def __init__(self, model, inputs, loss_fn, optimizer, rules, calls=None, applied=(), not_traced=None,
+                     ranks=None, ddp_settings=None, samples=None):
             native.Workload.__init__(self)
             self.model, self.inputs, self.loss_fn = model, tuple(inputs), loss_fn
             self.optimizer_factory = optimizer or default_optimizer
@@ -36,6 +40,8 @@ def make(native):
             self.applied = list(applied)
             self.not_traced = not_traced if not_traced is not None else {}
             self._hooks = []
+            self.group, self.ddp_settings, self._ddp = ranks, ddp_settings, None
+            self.samples = samples if samples is not None else self._local_samples()
 
         def name(self):
             return type(self.model).__name__
@@ -46,9 +52,13 @@ def make(native):
         def _first_input(self):
             return next((x for x in self.inputs if isinstance(x, torch.Tensor) and x.dim() > 0), None)
 
-        def samples_per_step(self):
+        def _local_samples(self):
             first = self._first_input()
             return int(first.shape[0]) if first is not None else 1
+
+        def samples_per_step(self):
+            """Among ranks, all of theirs (what tune hands in as samples)."""
+            return self.samples
 
         def sample_unit(self):
             """[N, C, H, W] floats are images; [N, T] integers (token ids) are sequences."""
@@ -61,12 +71,32 @@ def make(native):
 
         def clone(self):
             return PythonWorkload(rewrite.copy_model(self.model), self.inputs, self.loss_fn, self.optimizer_factory,
-                                  self.rules, self.calls, self.applied, self.not_traced)
+                                  self.rules, self.calls, self.applied, self.not_traced, self.group,
+                                  self.ddp_settings, self.samples)
+
+        def rank(self):
+            return self.group.rank if self.group else 0
+
+        def ranks(self):
+            return self.group.size if self.group else 1
+
+        def gather(self, mine):
+            return self.group.gather(mine) if self.group else [mine]
+
+        def _trained(self):
+            """What a step runs: among ranks, the model inside DistributedDataParallel, wrapped at
+            the first step after the last rewrite (every rank wraps the same patched module)."""
+            if self.group is None:
+                return self.model
+            if self._ddp is None:
+                self._ddp = self.group.wrap(self.model, self.ddp_settings)
+            return self._ddp
 
         def step(self):
+            trained = self._trained()
             start = time.perf_counter()
             self.optimizer.zero_grad(set_to_none=True)
-            self.loss_fn(self.model(*self.inputs)).backward()
+            self.loss_fn(trained(*self.inputs)).backward()
             self.optimizer.step()  # torch's profiler scope "Optimizer.step#SGD.step" comes with it
             return (time.perf_counter() - start) * 1000
 
@@ -122,6 +152,7 @@ def make(native):
             if places:
                 self.applied.append(rule.name)
                 self.optimizer = self.optimizer_factory(self.model.parameters())
+                self._ddp = None
             return places
 
         def set_profiling(self, on):
@@ -135,6 +166,8 @@ def make(native):
                         self._hooks.append(module.register_forward_hook(_close_scope(native)))
 
         def save(self, path):
+            if self.rank() != 0:  # the model is the same on every rank
+                return []
             torch.save(self.model.state_dict(), path + ".state_dict.pt")
             return [path + ".state_dict.pt"]
 

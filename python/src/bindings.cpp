@@ -52,6 +52,11 @@ class PyWorkload : public Workload {
   std::string sample_unit() const override { PYBIND11_OVERRIDE(std::string, Workload, sample_unit); }
   double step() override { PYBIND11_OVERRIDE_PURE(double, Workload, step); }
   void set_profiling(bool on) override { PYBIND11_OVERRIDE(void, Workload, set_profiling, on); }
+  int rank() const override { PYBIND11_OVERRIDE(int, Workload, rank); }
+  int ranks() const override { PYBIND11_OVERRIDE(int, Workload, ranks); }
+  std::vector<std::string> gather(const std::string& mine) const override {
+    PYBIND11_OVERRIDE(std::vector<std::string>, Workload, gather, mine);
+  }
   std::vector<std::string> save(const std::string& path) const override {
     PYBIND11_OVERRIDE_PURE(std::vector<std::string>, Workload, save, path);
   }

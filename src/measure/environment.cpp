@@ -39,7 +39,7 @@ std::string describe_blas(const std::string& path) {
 
 }  // namespace
 
-Environment environment() {
+Environment environment(int processes) {
   Environment e;
   e.threads = at::get_num_threads();
   e.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -53,10 +53,11 @@ Environment environment() {
         "torch's matmuls run on the reference BLAS, about 40x slower than OpenBLAS: every figure with a "
         "linear layer or convolution is off by an order of magnitude; install libopenblas0-openmp "
         "(scripts/setup.sh does) or select it with update-alternatives --config libblas.so.3-x86_64-linux-gnu");
-  if (e.threads < e.cores)
-    e.warnings.push_back(fmt::format("{} intra-op thread{} on {} cores (--threads, torch.set_num_threads): figures "
+  const std::string ranks = processes > 1 ? fmt::format(" in each of {} ranks", processes) : "";
+  if (e.threads * processes < e.cores)
+    e.warnings.push_back(fmt::format("{} intra-op thread{}{} on {} cores (--threads, torch.set_num_threads): figures "
                                      "are for that many",
-                                     e.threads, e.threads == 1 ? "" : "s", e.cores));
+                                     e.threads, e.threads == 1 ? "" : "s", ranks, e.cores));
   return e;
 }
 

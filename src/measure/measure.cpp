@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <iterator>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -52,6 +54,21 @@ double machine_busy_seconds() {
   double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
   if (!(in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) || cpu != "cpu") return -1;
   return (user + nice + system + irq + softirq + steal) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// User and system time of a process from /proc/PID/stat (fields 14 and 15, after the command
+// name in parentheses, which may hold spaces); 0 once it has gone.
+double process_cpu_seconds(int pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  const std::string line((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t name_end = line.rfind(')');
+  if (name_end == std::string::npos) return 0;
+  std::istringstream fields(line.substr(name_end + 1));
+  std::string skip;
+  double utime = 0, stime = 0;
+  for (int i = 3; i < 14; ++i) fields >> skip;
+  if (!(fields >> utime >> stime)) return 0;
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 int core_count() { return std::max(1u, std::thread::hardware_concurrency()); }
@@ -138,12 +155,13 @@ Ratio ratio(const Measurement& m, size_t base, size_t other) {
   return {median(paired), {std::max(0.0, ci.lo), ci.hi}};
 }
 
-CpuSample sample_cpu() {
+CpuSample sample_cpu(const std::vector<int>& siblings) {
   CpuSample s;
   s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   s.own_cpu_s = u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  for (int pid : siblings) s.own_cpu_s += process_cpu_seconds(pid);
   s.machine_busy_s = machine_busy_seconds();
   return s;
 }
@@ -193,7 +211,8 @@ Measurement interleave(const std::vector<Run>& variants, const Options& o,
   std::vector<std::vector<double>> ms(n);
   Measurement m;
   m.confidence = o.confidence;
-  const CpuSample start = sample_cpu();
+  const CpuSample start = sample_cpu(o.siblings);
+  const int group_threads = threads * (1 + static_cast<int>(o.siblings.size()));
   int planned = o.rounds;  // what progress shows: the rounds asked for, then the cap
   const int passes = std::max(1, o.calls);
   for (int r = 0;;) {
@@ -209,9 +228,11 @@ Measurement interleave(const std::vector<Run>& variants, const Options& o,
     m.variants.clear();
     for (const auto& series : ms) m.variants.push_back(summarise(series, o.confidence));
     m.rounds = r;
-    m.machine = machine_between(start, sample_cpu(), threads);
+    m.machine = machine_between(start, sample_cpu(o.siblings), group_threads);
     if (r >= cap) break;
-    if (!(m.machine.busy && r < busy_rounds) && (!settled || settled(m))) break;
+    bool stop = !(m.machine.busy && r < busy_rounds) && (!settled || settled(m));
+    if (o.all_stop) stop = o.all_stop(stop);
+    if (stop) break;
     planned = cap;
   }
   return m;

@@ -1,4 +1,5 @@
 // tune's results: the terminal summary and report.json.
+#include <algorithm>
 #include <fmt/format.h>
 
 #include "opfuse/report.h"
@@ -17,8 +18,14 @@ std::string verdict_cell(const Replacement& r) {
                      r.verdict.float64_error);
 }
 
+// The rank with the longest own step time, or -1 for a lone process.
+int slowest_rank(const tune::Side& s) {
+  if (s.rank_step_ms.empty()) return -1;
+  return static_cast<int>(std::max_element(s.rank_step_ms.begin(), s.rank_step_ms.end()) - s.rank_step_ms.begin());
+}
+
 nlohmann::json side_json(const tune::Side& s) {
-  return {{"variant", s.variant},
+  nlohmann::json j = {{"variant", s.variant},
           {"step_ms", s.step_ms.median},
           {"step_ms_ci", interval_json(s.step_ms.ci)},
           {"step_ms_rounds", s.step_ms.ms},
@@ -27,6 +34,24 @@ nlohmann::json side_json(const tune::Side& s) {
           {"ops_per_step", s.ops_per_step},
           {"profiled_step_ms", s.analysis.trace.step_us / 1000},
           {"trace", s.trace}};
+  if (!s.rank_step_ms.empty()) j["rank_step_ms"] = s.rank_step_ms, j["slowest_rank"] = slowest_rank(s);
+  return j;
+}
+
+// Each rank's own median step time before and after; a step takes as long as the slowest rank.
+std::string format_ranks(const TuneResult& r) {
+  if (r.baseline.rank_step_ms.empty()) return "";
+  std::vector<Row> rows;
+  const int slow_before = slowest_rank(r.baseline), slow_after = slowest_rank(r.tuned);
+  for (size_t k = 0; k < r.baseline.rank_step_ms.size(); ++k) {
+    auto cell = [k](const tune::Side& s, int slowest) {
+      if (k >= s.rank_step_ms.size()) return std::string("-");
+      return fmt::format("{:.2f}{}", s.rank_step_ms[k], static_cast<int>(k) == slowest ? " (slowest)" : "");
+    };
+    rows.push_back({std::to_string(k), cell(r.baseline, slow_before), cell(r.tuned, slow_after)});
+  }
+  return "\nranks: each one's own median step time, ms (a step lasts as long as the slowest)\n" +
+         format_table({"rank", "baseline", "tuned"}, rows);
 }
 
 std::string gain_cell(const Replacement& r) { return r.measured ? format_gain(r.gain, r.gain_ci) : "-"; }
@@ -63,15 +88,17 @@ std::string format_tune(const TuneResult& r) {
   const std::string input = !r.input_shape.empty() ? fmt::format("input {}", fmt::join(r.input_shape, "x"))
                             : r.image_size > 0     ? fmt::format("at {}x{}, batch {}", r.image_size, r.image_size, r.batch_size)
                                                    : fmt::format("batch {}", r.batch_size);
-  std::string out = fmt::format("\nopfuse tune: {} {}, {} threads, {} rounds of {} steps (more while a gain is unclear)\n",
-                                r.model, input, r.threads, r.rounds, r.steps);
+  const std::string ranks = r.ranks > 1 ? fmt::format(" over {} ranks", r.ranks) : "";
+  std::string out = fmt::format("\nopfuse tune: {} {}{}, {} threads, {} rounds of {} steps (more while a gain is unclear)\n",
+                                r.model, input, ranks, r.threads, r.rounds, r.steps);
   out += format_environment(r.environment) + format_machine(r.machine);
   out += "\nreplacements\n" + format_replacements(r.replacements) + estimate_notes(r.replacements);
   for (const auto& n : r.not_applied) out += fmt::format("not applied: {}: {}\n", n.rule, n.why);
   if (!r.any_verified)
     return out + fmt::format("\nno replacement verified: the model is left as it was; it runs {} ms per step "
                              "({:.1f} {}/s)\n",
-                             ms_cell(r.baseline.step_ms), r.baseline.images_per_sec, r.sample_unit);
+                             ms_cell(r.baseline.step_ms), r.baseline.images_per_sec, r.sample_unit) +
+           format_ranks(r);
 
   std::vector<Row> rows;
   rows.push_back({"step time, ms (median [95% CI])", ms_cell(r.baseline.step_ms), ms_cell(r.tuned.step_ms),
@@ -89,6 +116,7 @@ std::string format_tune(const TuneResult& r) {
                     t.us_per_step_before > 0 ? percent(t.us_per_step_after / t.us_per_step_before) : ""});
   }
   out += "\nbaseline -> tuned (changes from paired rounds)\n" + format_table({"", "baseline", "tuned", "change"}, rows);
+  out += format_ranks(r);
   out += fmt::format("baseline: {}\ntuned:    {}\n", r.baseline.variant, r.tuned.variant);
   return out;
 }
@@ -136,6 +164,7 @@ nlohmann::json tune_json(const TuneResult& r) {
           {"steps", r.steps},
           {"rounds", r.rounds},
           {"threads", r.threads},
+          {"ranks", r.ranks},
           {"baseline", side_json(r.baseline)},
           {"tuned", side_json(r.tuned)},
           {"speedup", r.speedup},

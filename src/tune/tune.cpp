@@ -16,6 +16,7 @@
 #include "opfuse/trace.h"
 #include "rewrite/models.h"
 #include "tune/model_workload.h"
+#include "tune/ranks.h"
 
 namespace opfuse::tune {
 namespace {
@@ -77,9 +78,10 @@ const analyze::Rule* rule_named(const std::vector<analyze::Rule>& rules, const s
 }
 
 // One replacement per finding a rewrite applies to; the others are listed with the reason.
+// Among ranks, on the findings of every rank, and every rank must plan alike.
 void plan(const analyze::Analysis& a, const TuneOptions& o, const Workload& baseline, std::vector<Replacement>& planned,
           std::vector<Rewrite>& rewrites, std::vector<NotApplied>& skipped) {
-  for (const analyze::Finding& f : a.findings) {
+  for (const analyze::Finding& f : merged_findings(baseline, a.findings)) {
     if (f.mined) {
       skipped.push_back({f.rule + " " + f.pattern, "no fused op exists for it yet"});
       continue;
@@ -106,17 +108,57 @@ void plan(const analyze::Analysis& a, const TuneOptions& o, const Workload& base
     }
     if (!applied) skipped.push_back({f.rule, "its rewrites match nothing in this model"});
   }
+  std::string summary;
+  for (const Replacement& r : planned) summary += fmt::format("{}{} ({} places)", summary.empty() ? "" : ", ", r.rule, r.places);
+  check_same(baseline, summary.empty() ? "nothing" : summary, "the rewrites that apply to their models");
 }
 
+// Each rank's own time per call of each variant; a call's figure is the slowest rank's.
+class RankTimes {
+ public:
+  explicit RankTimes(size_t variants) : calls_(variants) {}
+  void add(size_t variant, std::vector<double> per_rank) { calls_[variant].push_back(std::move(per_rank)); }
+  // Each rank's median over the last `rounds` calls (the warm-up's calls come first).
+  std::vector<double> medians(size_t variant, int rounds) const {
+    const auto& calls = calls_.at(variant);
+    std::vector<double> out;
+    for (size_t r = 0; !calls.empty() && r < calls.back().size(); ++r) {
+      std::vector<double> mine;
+      for (size_t c = calls.size() - std::min<size_t>(rounds, calls.size()); c < calls.size(); ++c) mine.push_back(calls[c][r]);
+      out.push_back(median(mine));
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::vector<std::vector<double>>> calls_;  // [variant][call][rank]
+};
+
+// Among ranks, a call's time is the slowest rank's, and all stop in the same round.
 measure::Measurement interleave(const std::vector<Workload*>& workloads, const TuneOptions& o, const Hooks& h,
-                                const std::function<bool(const measure::Measurement&)>& settled = {}, int rounds = 0) {
+                                const std::function<bool(const measure::Measurement&)>& settled = {}, int rounds = 0,
+                                RankTimes* rank_times = nullptr) {
   measure::Options m;
   m.warmup = std::max(1, o.warmup);
   m.rounds = rounds > 0 ? rounds : o.rounds;
   m.max_rounds = rounds > 0 ? rounds : o.max_rounds;
   m.progress = h.progress;
+  const Workload& group = *workloads.front();
+  if (group.ranks() > 1) {
+    m.all_stop = [&group](bool stop) { return first_failure(group, stop ? "" : "more rounds").empty(); };
+    m.siblings = sibling_pids(group);
+  }
   std::vector<measure::Run> runs;
-  for (Workload* w : workloads) runs.push_back(measure::per_step([w] { return w->step(); }, o.steps));
+  for (size_t k = 0; k < workloads.size(); ++k) {
+    Workload* w = workloads[k];
+    measure::Run own = measure::per_step([w] { return w->step(); }, o.steps);
+    runs.push_back([w, own, k, rank_times] {
+      std::vector<double> all = each_rank(*w, own());
+      const double slowest = *std::max_element(all.begin(), all.end());
+      if (rank_times) rank_times->add(k, std::move(all));
+      return slowest;
+    });
+  }
   return measure::interleave(runs, m, settled);
 }
 
@@ -290,7 +332,8 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
   result.steps = o.steps;
   result.rounds = o.rounds;
   result.threads = at::get_num_threads();
-  result.environment = measure::environment();
+  result.ranks = pristine.ranks();
+  result.environment = measure::environment(1 + static_cast<int>(sibling_pids(pristine).size()));
   for (const auto& w : result.environment.warnings) warn(h, w);
 
   say(h, "baseline: warming up and profiling");
@@ -305,7 +348,7 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
     if (h.progress) h.progress(i + 1, base_warmup);
   }
   result.baseline.variant = pristine.describe();
-  result.baseline.trace = o.out_dir + "/baseline.trace.json";
+  result.baseline.trace = o.out_dir + "/" + trace_name(pristine, "baseline");
   result.baseline.analysis = profile_and_analyze(*base, o, result.baseline.trace, base_warmup + 1);
   result.baseline.ops_per_step = ops_per_step(result.baseline.analysis);
   if (h.analysed) h.analysed(result.baseline.analysis);
@@ -323,9 +366,12 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
     } catch (const std::exception& e) {
       r.verdict.error = std::string("the rewrite failed: ") + e.what();
     }
+    // Kept only where it verified on every rank ("on rank 1: failed verification: …").
+    const std::string failed = first_failure(pristine, r.verdict.passed ? "" : rejection(r.verdict));
     if (h.progress) h.progress(static_cast<int>(i + 1), static_cast<int>(rewrites.size()));
-    if (!r.verdict.passed) {
-      r.why = rejection(r.verdict);
+    if (!failed.empty()) {
+      if (r.verdict.passed) r.verdict.passed = false, r.verdict.error = failed;
+      r.why = failed;
       continue;
     }
     verified_index.push_back(i);
@@ -333,9 +379,11 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
   result.any_verified = !verified_index.empty();
   if (!result.any_verified) {
     say(h, "measure: the baseline alone (nothing verified)");
-    const measure::Measurement timing = interleave({base.get()}, o, h);
+    RankTimes ranks(1);
+    const measure::Measurement timing = interleave({base.get()}, o, h, {}, 0, &ranks);
     result.machine = timing.machine;
     fill(result.baseline, timing.variants.front(), result.batch_size);
+    if (result.ranks > 1) result.baseline.rank_step_ms = ranks.medians(0, timing.rounds);
     result.tuned = result.baseline;
     return result;
   }
@@ -356,7 +404,8 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
       if (decide(gain_of(m, k).second, o.min_gain) == Decision::inconclusive) return false;
     return true;
   };
-  const measure::Measurement timing = interleave(order, o, h, settled);
+  RankTimes ranks(order.size());
+  const measure::Measurement timing = interleave(order, o, h, settled, 0, &ranks);
   result.machine = timing.machine;
   std::shared_ptr<Workload> tuned_model = pristine.clone();
   bool all_kept = true;
@@ -377,23 +426,30 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
   // have run more steps than the other.
   std::shared_ptr<Workload> tuned = variants.back();
   measure::Measurement final_timing = timing;
+  RankTimes final_ranks = ranks;
   if (!all_kept) {
     say(h, "measure: baseline and the kept rewrites alternating");
     tuned = tuned_model->clone();
     const std::shared_ptr<Workload> fresh_baseline = pristine.clone();
-    final_timing = interleave({fresh_baseline.get(), tuned.get()}, o, h, {}, timing.rounds);
+    final_ranks = RankTimes(2);
+    final_timing = interleave({fresh_baseline.get(), tuned.get()}, o, h, {}, timing.rounds, &final_ranks);
     result.machine = busier(result.machine, final_timing.machine);
   }
+  const size_t last = final_timing.variants.size() - 1;
   fill(result.baseline, final_timing.variants.front(), result.batch_size);
   fill(result.tuned, final_timing.variants.back(), result.batch_size);
-  const measure::Ratio speedup = measure::ratio(final_timing, 0, final_timing.variants.size() - 1);
+  if (result.ranks > 1) {
+    result.baseline.rank_step_ms = final_ranks.medians(0, final_timing.rounds);
+    result.tuned.rank_step_ms = final_ranks.medians(last, final_timing.rounds);
+  }
+  const measure::Ratio speedup = measure::ratio(final_timing, 0, last);
   result.speedup = speedup.estimate;
   result.speedup_ci = speedup.ci;
   if (result.machine.busy) warn(h, result.machine.warning);
   result.tuned.variant = tuned->describe();
 
   say(h, "tuned: profiling");
-  result.tuned.trace = o.out_dir + "/tuned.trace.json";
+  result.tuned.trace = o.out_dir + "/" + trace_name(pristine, "tuned");
   result.tuned.analysis = profile_and_analyze(*tuned, o, result.tuned.trace, o.warmup + 1);
   result.tuned.ops_per_step = ops_per_step(result.tuned.analysis);
   result.diff = analyze::diff(result.baseline.analysis, result.tuned.analysis);
