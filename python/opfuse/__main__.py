@@ -107,14 +107,21 @@ def launch(nproc, argv):
     try:
         elastic_launch(config, sys.executable)("-m", "opfuse", *argv)
     except ChildFailedError as e:
-        failed = sorted(e.failures.items())
-        statuses = {f.exitcode for _, f in failed}
-        if statuses <= {2, 3}:  # the ranks said why themselves
-            return max(statuses)
-        names = ", ".join(f"rank {f.rank} (exit code {f.exitcode})" for _, f in failed)
-        print(f"opfuse: {names} failed; the other ranks were stopped", file=sys.stderr)
+        failures = sorted(e.failures.items())  # by global rank
+        causes = [(r, f) for r, f in failures if f.exitcode not in (1, 2, 3)]  # 1-3: opfuse's own ends, said already
+        if not causes:
+            return max(f.exitcode for _, f in failures)
+        names = ", ".join(f"rank {r} ({_ending(f.exitcode)})" for r, f in causes)
+        print(f"opfuse: {names} ended the job; the other ranks were stopped", file=sys.stderr)
         return 3
     return 0
+
+
+def _ending(exitcode):
+    if exitcode < 0:
+        import signal
+        return f"killed by {signal.Signals(-exitcode).name}"
+    return f"exit code {exitcode}"
 
 
 if __name__ == "__main__":
