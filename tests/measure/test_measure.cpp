@@ -151,6 +151,33 @@ TEST(Machine, ABusyLoopBesideTheMeasurementIsNoticed) {
   EXPECT_EQ(m.rounds, 6);  // twice the rounds asked for, within the cap
 }
 
+// The other ranks of a job on this machine spin as hard, but are the job's own time, not load:
+// the same interval read with and without the sibling differs by its share (whatever else runs).
+TEST(Machine, SiblingRanksAreNotOtherLoad) {
+  pid_t child = 0;
+  const char* argv[] = {"/bin/sh", "-c", "while :; do :; done", nullptr};
+  ASSERT_EQ(posix_spawn(&child, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+  const std::vector<int> siblings = {child};
+  const CpuSample from_with = sample_cpu(siblings), from_without = sample_cpu();
+  spin(400);
+  const CpuSample to_with = sample_cpu(siblings), to_without = sample_cpu();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  const Machine with = machine_between(from_with, to_with, 2), without = machine_between(from_without, to_without, 1);
+  EXPECT_GT(to_with.own_cpu_s - from_with.own_cpu_s, to_without.own_cpu_s - from_without.own_cpu_s + 0.1);
+  EXPECT_LT(with.others_share, without.others_share - 0.1) << with.others_share << " " << without.others_share;
+}
+
+TEST(Interleave, RanksStopInTheSameRound) {
+  Options o;
+  o.warmup = 0;
+  o.rounds = 2;
+  o.max_rounds = 6;
+  int asked = 0;
+  o.all_stop = [&asked](bool mine) { return ++asked >= 3 && mine; };  // another rank wants 2 more rounds
+  EXPECT_EQ(interleave({[] { return 1.0; }}, o, [](const Measurement&) { return true; }).rounds, 4);
+}
+
 TEST(Environment, NamesTheBlasThreadsAndPath) {
   const Environment e = environment();
   EXPECT_FALSE(e.blas.empty());
