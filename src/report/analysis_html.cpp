@@ -260,10 +260,25 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     return isNum(g) ? `${signedPct(g)} [${signedPct(list(ci)[0])}, ${signedPct(list(ci)[1])}]` : "–";
   }
 
+  // Among torch.distributed ranks: each rank's own median step time before and after.
+  function renderRanks(s, b, a) {
+    const before = list(b.rank_step_ms), after = list(a.rank_step_ms);
+    if (!before.length) return;
+    const cell = (side, x, r) => `${fixed(x, 2)}${r === side.slowest_rank ? " (slowest)" : ""}`;
+    s.append(el("h3", {}, `Ranks (${count(before.length)})`),
+      el("p", { class: "note" }, "Each rank's own median step time; a step lasts as long as the slowest rank's, " +
+        "which is the step time above."),
+      groupedChart(before.map((x, r) => ({ label: `rank ${r}`, before: x, after: after[r], calls: "median" })),
+        (v) => `${fixed(v, 2)} ms per step`),
+      table([{ title: "rank" }, { title: "baseline, ms", num: true }, { title: "tuned, ms", num: true }],
+        before.map((x, r) => ({ attrs: { class: "rank" }, cells: [`rank ${r}`, cell(b, x, r), cell(a, after[r], r)] }))));
+  }
+
   // opfuse tune's result: step time and images/s (derived from it) with their intervals, the
   // measurement's conditions, and the replacements with their verification, gain and decision.
   function renderTune(t) {
-    const s = section("Tune: baseline → tuned", `${str(t.model)}, batch ${count(t.batch_size)}, ` +
+    const ranks = t.ranks > 1 ? ` over ${count(t.ranks)} ranks` : "";
+    const s = section("Tune: baseline → tuned", `${str(t.model)}, batch ${count(t.batch_size)}${ranks}, ` +
       `rounds of ${count(t.steps)} steps interleaved (${count(t.rounds)} or more while a gain is unclear); ` +
       "changes from paired rounds with 95% intervals.");
     s.id = "tune";
@@ -291,6 +306,7 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     });
     s.append(table([{ title: "" }, { title: "baseline", num: true }, { title: "tuned", num: true }],
       rows.map((cells) => ({ cells }))));
+    renderRanks(s, b, a);
     const reps = list(t.replacements).map((r) => ({
       attrs: { class: "replacement", "data-rule": str(r.rule), "data-kept": String(!!r.kept), "data-decision": str(r.decision) },
       cells: [str(r.rule), str(r.rewrite), r.verified ? "yes" : "no", isNum(r.max_rel_error) ? r.max_rel_error.toExponential(1) : "–",

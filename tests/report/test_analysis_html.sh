@@ -56,7 +56,13 @@ cat > "$tmp/analysis.json" <<'JSON'
                   {"name": "aten::mkldnn_convolution", "count_before": 81, "count_after": 81, "total_us_before": 30100.0, "total_us_after": 30050.0}],
           "findings_vanished": [{"rule": "silu", "kind": "rule", "pattern": "sigmoid-mul", "replacement": "opfuse::silu",
                                  "backend": "cpu", "occurrences": 49, "time_us": 3000.0, "est_saving_us": 1800.0, "locations": []}],
-          "findings_appeared": []}}
+          "findings_appeared": []},
+ "tune": {"model": "EfficientNet", "batch_size": 8, "ranks": 2, "steps": 1, "rounds": 5, "sample_unit": "images",
+          "speedup": 1.2, "speedup_ci": [1.1, 1.3], "environment": {}, "machine": {}, "replacements": [], "rule_times": [],
+          "baseline": {"step_ms": 100.0, "step_ms_ci": [98, 102], "images_per_sec": 80, "ops_per_step": 10000,
+                       "rank_step_ms": [97.5, 100.0], "slowest_rank": 1},
+          "tuned": {"step_ms": 83.3, "step_ms_ci": [82, 85], "images_per_sec": 96, "ops_per_step": 9000,
+                    "rank_step_ms": [83.25, 81.0], "slowest_rank": 0}}}
 JSON
 
 "$render" "$tmp/analysis.json" report_html.html
@@ -84,6 +90,9 @@ expect 'other (5 ops)'
 expect '_blocks.7._swish ×3'
 expect '&lt;/script&gt;&lt;b&gt;bold'
 [ "$(grep -o 'class="finding" data-rule=' "$tmp/drawn.html" | wc -l)" -eq 3 ] || fail "expected 3 finding rows"
+expect 'batch 8 over 2 ranks'
+expect '83.25 (slowest)'
+[ "$(grep -o 'class="rank"' "$tmp/drawn.html" | wc -l)" -eq 2 ] || fail "expected a row per rank"
 ! grep -qF '_blocks.8._swish' "$tmp/drawn.html" || fail "more than 5 locations shown"
 ! grep -qF '</script><b>' "$tmp/dom.html" || fail "the op name became markup"
 # -20.0%: 60574.2 / 75717.7 - 1, printed with a true minus sign.
