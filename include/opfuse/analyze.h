@@ -155,6 +155,7 @@ struct Summary {
   int64_t steps = 0;
   double step_us = 0;  // median ProfilerStep duration (0 without steps)
   bool has_device = false;
+  int64_t rank = -1;                // the trace's distributedInfo rank, or -1
   std::vector<DeviceTime> devices;  // busiest first
   std::vector<std::string> warnings;
 };
@@ -176,6 +177,36 @@ struct Options {
 
 Analysis analyze(const trace::Trace& trace, const std::string& path, const std::vector<Rule>& rules,
                  const Options& options);
+
+// Many ranks of one job (a trace per process) side by side.
+struct RankTime {
+  int64_t rank = 0;
+  std::string trace;
+  int64_t steps = 0;
+  double step_us = 0;  // median ProfilerStep; the whole trace's span when it has no steps
+};
+
+// A finding as the ranks saw it: on how many, and its saving per step over those ranks.
+struct RankFinding {
+  std::string rule, pattern, replacement;
+  bool mined = false;
+  int ranks = 0;
+  double saving_us_min = 0, saving_us_median = 0, saving_us_max = 0;  // per step (per trace without steps)
+  double time_us_median = 0;
+};
+
+struct Ranks {
+  std::vector<RankTime> ranks;  // by rank
+  bool per_step = true;         // every trace had steps; otherwise times are per trace
+  int64_t slowest_rank = -1;
+  double behind_pct = 0;  // the slowest rank's step over the median rank's, − 1, in %
+  std::vector<RankFinding> findings;  // by median saving, largest first
+};
+
+// The ranks of `analyses`, one per trace: each trace's distributedInfo rank, else the number
+// after "rank" in its file name, else its place in the list. Throws std::invalid_argument when two
+// traces claim one rank.
+Ranks compare_ranks(const std::vector<Analysis>& analyses);
 
 struct OpChange {
   std::string name;

@@ -46,6 +46,10 @@ std::string format_diff(const analyze::Diff& d, const analyze::Analysis& after, 
 // {"trace", "ops", "device", "findings", "diff": null}; add_diff fills "diff".
 nlohmann::json analysis_json(const analyze::Analysis& a);
 void add_diff(nlohmann::json& analysis, const analyze::Diff& d, const analyze::Analysis& after);
+// Many ranks: each rank's step time, the slowest and how far behind the median rank, the findings
+// merged across ranks; add_ranks adds "ranks", "ranks_per", "slowest_rank", "rank_findings".
+std::string format_ranks(const analyze::Ranks& r, int top);
+void add_ranks(nlohmann::json& analysis, const analyze::Ranks& r);
 
 // tune: the summary in the reference's terms (images/s, ops per step, time under each fused
 // chain, each replacement with its verified error and measured gain), and report.json.

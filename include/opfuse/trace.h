@@ -51,6 +51,7 @@ struct Trace {
   int64_t skipped = 0;        // events dropped as unusable (bad ts, dur …), each with a warning
   std::vector<std::string> warnings;  // the first few, "PATH: … at byte N"
   int chunks = 1;             // pieces the file was parsed in, in parallel
+  int64_t rank = -1;          // the process's rank in a distributed job ("distributedInfo"), or -1
 
   const std::string& name(const Event& e) const { return strings[e.name]; }
   uint32_t intern(std::string_view s) { return strings.intern(s); }

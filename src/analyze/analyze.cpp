@@ -36,6 +36,7 @@ Summary summarise(const Trace& t, const Model& m, const std::string& path, Backe
   s.steps = static_cast<int64_t>(steps.size());
   s.step_us = median(steps);
   s.has_device = !m.device_lanes.empty();
+  s.rank = t.rank;
   s.devices = device_time(t, m);
   return s;
 }

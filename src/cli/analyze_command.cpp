@@ -1,11 +1,18 @@
-// opfuse analyze TRACE [TRACE2]: findings for any trace; with two, also the before/after diff.
+// opfuse analyze TRACE [TRACE2]: findings for any trace; with two, also the before/after diff;
+// with a folder or a glob of rank traces, the ranks side by side.
 #include <fmt/format.h>
+#include <glob.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/plugin.h"
@@ -45,6 +52,84 @@ analyze::Analysis analyze_one(const std::string& path, const AnalyzeArgs& args, 
   return analyze::analyze(t, path, rules, options);
 }
 
+bool is_glob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+// name ends in KIND.json or KIND.json.gz.
+bool is_trace_name(const std::string& name, const std::string& kind) {
+  auto ends = [&name](const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends(kind + ".json") || ends(kind + ".json.gz");
+}
+
+// The rank traces a folder (its .json and .json.gz files) or a glob names, sorted; empty for a
+// single trace file.
+std::vector<std::string> rank_traces(const std::string& arg) {
+  std::vector<std::string> paths;
+  if (std::filesystem::is_directory(arg)) {
+    // Named as traces (Kineto's "*.pt.trace.json", opfuse's "rank0.baseline.trace.json") when
+    // any are, so a report.json beside them is not taken for one.
+    for (const std::string& kind : {std::string(".trace"), std::string()}) {
+      for (const auto& entry : std::filesystem::directory_iterator(arg))
+        if (entry.is_regular_file() && is_trace_name(entry.path().filename().string(), kind)) paths.push_back(entry.path().string());
+      if (!paths.empty()) break;
+    }
+    if (paths.empty()) throw std::invalid_argument(fmt::format("{}: no .json or .json.gz traces in this folder", arg));
+  } else if (is_glob(arg) && !std::filesystem::exists(arg)) {
+    glob_t found{};
+    if (glob(arg.c_str(), 0, nullptr, &found) == 0)
+      for (size_t i = 0; i < found.gl_pathc; ++i)
+        if (std::filesystem::is_regular_file(found.gl_pathv[i])) paths.push_back(found.gl_pathv[i]);
+    globfree(&found);
+    if (paths.empty()) throw std::invalid_argument(fmt::format("{}: no trace matches", arg));
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+// Every trace analysed, on up to one thread per core while the files in flight fit in the
+// largest one's size: a job's equal rank traces go one at a time (each large one parsed on all
+// cores by the reader), so memory stays one trace's whatever the number of ranks.
+std::vector<analyze::Analysis> analyze_all(const std::vector<std::string>& paths, const AnalyzeArgs& args,
+                                           const std::vector<analyze::Rule>& rules) {
+  std::vector<uintmax_t> bytes;
+  for (const auto& p : paths) bytes.push_back(std::filesystem::file_size(p));
+  const uintmax_t budget = *std::max_element(bytes.begin(), bytes.end());
+  std::vector<analyze::Analysis> out(paths.size());
+  std::mutex mu;
+  std::condition_variable freed;
+  size_t next = 0;
+  uintmax_t in_flight = 0;
+  std::exception_ptr failure;
+  auto work = [&] {
+    for (;;) {
+      size_t i = 0;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        freed.wait(lock, [&] { return next >= paths.size() || failure || in_flight == 0 || in_flight + bytes[next] <= budget; });
+        if (next >= paths.size() || failure) return;
+        i = next++;
+        in_flight += bytes[i];
+      }
+      try {
+        out[i] = analyze_one(paths[i], args, rules);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failure) failure = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      in_flight -= bytes[i];
+      freed.notify_all();
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t workers = std::min<size_t>(paths.size(), std::max(1u, std::thread::hardware_concurrency()));
+  for (size_t t = 0; t < workers; ++t) threads.emplace_back(work);
+  for (auto& t : threads) t.join();
+  if (failure) std::rethrow_exception(failure);
+  return out;
+}
+
 // "a.json" and "./a.json" are one file; so are two paths through a link.
 bool same_file(const std::string& a, const std::string& b) {
   if (a == b) return true;
@@ -67,13 +152,46 @@ void check_outputs(const AnalyzeArgs& args) {
                                             report::is_stdout(args.json) ? "- (stdout)" : args.json));
 }
 
+std::FILE* tables_stream(const AnalyzeArgs& args) {
+  // With --json -, stdout is the JSON alone, for a script to read; people get the tables on stderr.
+  return report::is_stdout(args.json) || report::is_stdout(args.html) ? stderr : stdout;
+}
+
+// The slowest rank's analysis in full, then every rank's step time and the merged findings.
+int analyze_ranks(const std::vector<std::string>& paths, const AnalyzeArgs& args, const std::vector<analyze::Rule>& rules,
+                  std::chrono::steady_clock::time_point start) {
+  const std::vector<analyze::Analysis> analyses = analyze_all(paths, args, rules);
+  const analyze::Ranks ranks = analyze::compare_ranks(analyses);
+  const auto& slowest_time = *std::find_if(ranks.ranks.begin(), ranks.ranks.end(),
+                                           [&](const analyze::RankTime& r) { return r.rank == ranks.slowest_rank; });
+  const analyze::Analysis* slowest = &*std::find_if(analyses.begin(), analyses.end(), [&](const analyze::Analysis& a) {
+    return a.trace.path == slowest_time.trace;
+  });
+  std::FILE* tables = tables_stream(args);
+  std::fprintf(tables, "the slowest rank, %lld:\n", static_cast<long long>(ranks.slowest_rank));
+  std::fputs(report::format_analysis(*slowest, args.top, args.all).c_str(), tables);
+  std::fputs(report::format_ranks(ranks, args.top).c_str(), tables);
+  nlohmann::json json = report::analysis_json(*slowest);
+  report::add_ranks(json, ranks);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(tables, "\n%zu traces analysed in %.2f s\n", paths.size(), seconds);
+  if (!args.json.empty()) report::write_json(args.json, json, args.force);
+  if (!args.html.empty()) report::write_text(args.html, report::analysis_html(json), args.force);
+  return 0;
+}
+
 }  // namespace
 
 Run add_analyze(CLI::App& app) {
   auto args = std::make_shared<AnalyzeArgs>();
   auto* cmd = app.add_subcommand("analyze", "Find small-op chains in a trace, name their fused replacement and its saving");
   // Two positionals rather than one taking 1-2 values, so the usage line reads TRACE [TRACE2].
-  cmd->add_option("TRACE", args->traces[0], "a Chrome trace (.json or .json.gz)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("TRACE", args->traces[0],
+                  "a Chrome trace (.json or .json.gz); or a folder or a quoted glob of one trace per rank ('run/rank*.json')")
+      ->required()
+      ->check([](const std::string& p) {
+        return std::filesystem::exists(p) || is_glob(p) ? std::string() : p + ": no such file or folder";
+      });
   cmd->add_option("TRACE2", args->traces[1], "a second trace, diffed against the first (before -> after)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--rules", args->rules, "also apply the rules in FILE (opfuse YAML or the Ascend advisor's file); they take precedence over the built-in ones")
@@ -98,12 +216,18 @@ Run add_analyze(CLI::App& app) {
     check_outputs(*args);
     const std::vector<analyze::Rule> rules = analyze::rule_set(args->rules, !args->no_default_rules);
     const auto start = std::chrono::steady_clock::now();
+    const std::vector<std::string> ranks = rank_traces(args->traces[0]);
+    if (!ranks.empty()) {
+      if (!args->traces[1].empty())
+        throw std::invalid_argument(fmt::format("{}: a folder of ranks is analysed alone, not diffed against {}",
+                                                args->traces[0], args->traces[1]));
+      return analyze_ranks(ranks, *args, rules, start);
+    }
     // Both traces are read before anything is printed: a bad second one fails with one line.
     const analyze::Analysis before = analyze_one(args->traces[0], *args, rules);
     std::optional<analyze::Analysis> after;
     if (!args->traces[1].empty()) after = analyze_one(args->traces[1], *args, rules);
-    // With --json -, stdout is the JSON alone, for a script to read; people get the tables on stderr.
-    std::FILE* tables = report::is_stdout(args->json) || report::is_stdout(args->html) ? stderr : stdout;
+    std::FILE* tables = tables_stream(*args);
     std::fputs(report::format_analysis(before, args->top, args->all).c_str(), tables);
     nlohmann::json json = report::analysis_json(before);
     if (after) {

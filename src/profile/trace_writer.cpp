@@ -93,8 +93,10 @@ void write_trace(const std::string& path, const std::vector<const Event*>& unsor
   const int pid = static_cast<int>(getpid());
 
   Sink out(path);
-  out.put("{\n\"schemaVersion\": 1,\n\"displayTimeUnit\": \"ms\",\n\"opfuse\": " + metadata.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-          ",\n\"traceEvents\": [\n");
+  // A rank of a distributed job says so as Kineto does, so readers (analyze, HTA) tell ranks apart.
+  const std::string distributed = metadata.contains("distributedInfo") ? ",\n\"distributedInfo\": " + metadata["distributedInfo"].dump() : "";
+  out.put("{\n\"schemaVersion\": 1,\n\"displayTimeUnit\": \"ms\"" + distributed + ",\n\"opfuse\": " +
+          metadata.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ",\n\"traceEvents\": [\n");
   out.put(fmt::format("{{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": {}, \"tid\": 0, \"args\": {{\"name\": \"opfuse\"}}}}", pid));
   std::map<uint64_t, bool> threads;
   for (const Event* e : events) threads[e->tid] = true;

@@ -260,6 +260,30 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     return isNum(g) ? `${signedPct(g)} [${signedPct(list(ci)[0])}, ${signedPct(list(ci)[1])}]` : "–";
   }
 
+  // A folder of rank traces: each rank's step time (the slowest in red), the findings merged
+  // across ranks with their spread; the sections below are the slowest rank's trace.
+  function renderRankView(data) {
+    const ranks = list(data.ranks), slowest = data.slowest_rank || {};
+    if (!ranks.length) return;
+    const per = data.ranks_per === "step" ? "per step (median)" : "per trace (no steps marked)";
+    const s = section(`Ranks (${count(ranks.length)})`, `Time ${per}; rank ${str(slowest.rank)} is the slowest, ` +
+      `${fixed(slowest.behind_pct, 1)}% behind the median rank, and the sections below are its trace.`);
+    s.id = "ranks";
+    s.append(barChart(ranks.map((r) => ({ label: `rank ${r.rank}`, value: r.step_us,
+      colour: r.rank === slowest.rank ? "var(--worse)" : undefined }))));
+    s.append(table([{ title: "rank" }, { title: "ms", num: true }, { title: "steps", num: true }, { title: "trace" }],
+      ranks.map((r) => ({ attrs: { class: "rank-row", "data-rank": str(r.rank) },
+        cells: [str(r.rank), ms(r.step_us), count(r.steps), str(r.trace)] }))));
+    const found = list(data.rank_findings);
+    if (found.length)
+      s.append(el("h3", {}, "Findings across ranks"), table([{ title: "rule" }, { title: "replacement" },
+        { title: "ranks", num: true }, { title: "time, ms (median)", num: true }, { title: "est. saving, ms (median)", num: true },
+        { title: "saving min … max, ms", num: true }],
+      found.map((f) => ({ attrs: { class: "rank-finding", "data-rule": str(f.rule) },
+        cells: [f.mined ? str(f.pattern) : str(f.rule), str(f.replacement), `${count(f.ranks)}/${count(ranks.length)}`,
+          ms(f.time_us_median), ms(f.saving_us_median), `${ms(f.saving_us_min)} … ${ms(f.saving_us_max)}`] }))));
+  }
+
   // Among torch.distributed ranks: each rank's own median step time before and after.
   function renderRanks(s, b, a) {
     const before = list(b.rank_step_ms), after = list(a.rank_step_ms);
@@ -323,6 +347,7 @@ constexpr std::string_view kPage = R"page(<!doctype html>
   const ops = list(data.ops);
   document.title = `opfuse analysis: ${str(trace.path) || "trace"}`;
   renderHeader(trace, data.device);
+  renderRankView(data);
   if (data.tune) renderTune(data.tune);
   renderOpChart(ops);
   renderFindings(list(data.findings));

@@ -183,6 +183,42 @@ std::string format_analysis(const Analysis& a, int top, bool all) {
   return out;
 }
 
+std::string format_ranks(const analyze::Ranks& r, int top) {
+  const char* unit = r.per_step ? "per step (median)" : "per trace (no steps marked)";
+  std::vector<Row> rows;
+  for (const auto& k : r.ranks)
+    rows.push_back({std::to_string(k.rank), ms(k.step_us), std::to_string(k.steps),
+                    k.rank == r.slowest_rank ? fmt::format("slowest, {:+.1f}% of the median", r.behind_pct) : "", k.trace});
+  std::string out = fmt::format("\n{} ranks: time {}\n", r.ranks.size(), unit) +
+                    format_table({"rank", "ms", "steps", "", "trace"}, rows);
+  out += fmt::format("slowest rank {}: {:.1f}% behind the median rank\n", r.slowest_rank, r.behind_pct);
+  rows.clear();
+  for (size_t i = 0; i < r.findings.size() && static_cast<int>(i) < top; ++i) {
+    const auto& f = r.findings[i];
+    rows.push_back({f.mined ? clip(f.pattern, 40) : f.rule, clip(f.replacement, 40), fmt::format("{}/{}", f.ranks, r.ranks.size()),
+                    ms(f.time_us_median), ms(f.saving_us_median), fmt::format("{} .. {}", ms(f.saving_us_min), ms(f.saving_us_max))});
+  }
+  out += fmt::format("\nfindings across ranks: {} ({} shown; ms {})\n", r.findings.size(), rows.size(),
+                     r.per_step ? "per step" : "per trace");
+  if (!rows.empty())
+    out += format_table({"rule", "replacement", "ranks", "time (median)", "est. saving (median)", "saving min .. max"}, rows);
+  return out;
+}
+
+void add_ranks(nlohmann::json& analysis, const analyze::Ranks& r) {
+  nlohmann::json ranks = nlohmann::json::array(), findings = nlohmann::json::array();
+  for (const auto& k : r.ranks)
+    ranks.push_back({{"rank", k.rank}, {"trace", k.trace}, {"steps", k.steps}, {"step_us", k.step_us}});
+  for (const auto& f : r.findings)
+    findings.push_back({{"rule", f.rule}, {"pattern", f.pattern}, {"replacement", f.replacement}, {"mined", f.mined},
+                        {"ranks", f.ranks}, {"time_us_median", f.time_us_median}, {"saving_us_median", f.saving_us_median},
+                        {"saving_us_min", f.saving_us_min}, {"saving_us_max", f.saving_us_max}});
+  analysis["ranks"] = ranks;
+  analysis["ranks_per"] = r.per_step ? "step" : "total";
+  analysis["slowest_rank"] = {{"rank", r.slowest_rank}, {"behind_pct", r.behind_pct}};
+  analysis["rank_findings"] = findings;
+}
+
 std::string format_diff(const analyze::Diff& d, const Analysis& after, int top) {
   std::string out = fmt::format("\nbefore -> after: {}\n", after.trace.path);
   if (d.step_us_before > 0 && d.step_us_after > 0)

@@ -31,6 +31,19 @@ struct Key {
   bool operator==(std::string_view k) const { return std::memcmp(raw, k.data(), k.size()) == 0 && raw[k.size()] == '"'; }
 };
 
+// "distributedInfo": {"rank": N, …}'s rank, or -1 when it has none a number can say.
+int64_t rank_of(value info) {
+  if (info.type() != json_type::object) return -1;
+  for (auto field : info.get_object()) {
+    if (field.unescaped_key().value() != "rank") continue;
+    value v = field.value();
+    if (v.type() != json_type::number) return -1;
+    const double r = v.get_double();
+    return r >= 0 && r < 1e9 && r == static_cast<int64_t>(r) ? static_cast<int64_t>(r) : -1;
+  }
+  return -1;
+}
+
 // An event the reader cannot use; it is skipped, not fatal.
 struct BadEvent : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -428,7 +441,9 @@ Trace parse(Document& in) {
           read_events(field.value().get_array());
           found = true;
         } else if (key == "opfuse") {
-          in.opfuse_metadata = true;
+          in.top.opfuse = true;
+        } else if (key == "distributedInfo") {
+          in.top.rank = rank_of(field.value());
         }
       }
       if (!found) throw std::invalid_argument("no \"traceEvents\" array");

@@ -10,6 +10,16 @@
 
 namespace opfuse::trace::detail {
 
+// What the top-level object says besides its events.
+struct TopLevel {
+  bool opfuse = false;  // an "opfuse" key: opfuse's own profiler wrote it
+  int64_t rank = -1;    // "distributedInfo": {"rank": N}, as Kineto writes for each process
+  void add(const TopLevel& o) {
+    opfuse |= o.opfuse;
+    if (o.rank >= 0) rank = o.rank;
+  }
+};
+
 struct Document {
   std::string_view json;  // followed by at least simdjson's padding of readable bytes
   std::string_view name;  // labels errors and warnings
@@ -18,7 +28,7 @@ struct Document {
   // and whether there was one.
   bool has_origin = false;
   int64_t origin_us = 0;
-  bool opfuse_metadata = false;  // set when the top-level object has an "opfuse" key
+  TopLevel top;
   int64_t entries = 0;           // entries read from "traceEvents" arrays, usable or not
 };
 

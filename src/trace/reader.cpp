@@ -35,6 +35,7 @@ namespace opfuse::trace {
 namespace {
 
 using detail::Document;
+using detail::TopLevel;
 
 constexpr size_t kChunkBytes = size_t{1} << 20;  // small: each worker's parser buffers grow to ~5× this
 constexpr size_t kFirstChunkBytes = size_t{64} << 10;  // parsed alone, before the others
@@ -66,7 +67,7 @@ size_t skip_space(std::string_view s, size_t i) {
 // The offset just inside the event array's '[', or npos when the layout is not the usual one
 // (then the whole file is parsed in one piece). For an object, the text before "traceEvents"
 // must itself parse as the start of that object, one without events.
-size_t events_begin(std::string_view json, const std::string& name, bool& opfuse_metadata) {
+size_t events_begin(std::string_view json, const std::string& name, TopLevel& top) {
   size_t i = skip_space(json, 0);
   if (i < json.size() && json[i] == '[') return i + 1;
   if (i >= json.size() || json[i] != '{') return std::string_view::npos;
@@ -84,7 +85,7 @@ size_t events_begin(std::string_view json, const std::string& name, bool& opfuse
     return std::string_view::npos;
   }
   if (doc.entries > 0) return std::string_view::npos;  // an escaped "trace\u0045vents" before it
-  opfuse_metadata = doc.opfuse_metadata;
+  top = doc.top;
   return i + 1;
 }
 
@@ -92,7 +93,7 @@ size_t events_begin(std::string_view json, const std::string& name, bool& opfuse
 // object, other keys may follow ("traceName", "deviceProperties", "opfuse" …): the earliest ']'
 // near the end whose remainder reads as the rest of an object is the one, and that rest must
 // hold no more events (a second "traceEvents" array is read in one piece).
-size_t events_end(std::string_view json, size_t from, const std::string& name, bool& opfuse_metadata) {
+size_t events_end(std::string_view json, size_t from, const std::string& name, TopLevel& top) {
   size_t last = json.size();
   while (last > from && is_space(json[last - 1])) --last;
   if (last == from) return std::string_view::npos;
@@ -110,7 +111,7 @@ size_t events_end(std::string_view json, size_t from, const std::string& name, b
       continue;
     }
     if (doc.entries > 0) return std::string_view::npos;
-    opfuse_metadata |= doc.opfuse_metadata;
+    top.add(doc.top);
     return *it;
   }
   return std::string_view::npos;
@@ -299,10 +300,10 @@ class Source {
 };
 
 bool parse_in_chunks(std::string_view json, const std::string& name, size_t chunk_bytes, const Copy& copy,
-                     Trace& trace, bool& opfuse_metadata, bool& begin_end) {
-  const size_t begin = events_begin(json, name, opfuse_metadata);
+                     Trace& trace, TopLevel& top, bool& begin_end) {
+  const size_t begin = events_begin(json, name, top);
   if (begin == std::string_view::npos) return false;
-  const size_t end = events_end(json, begin, name, opfuse_metadata);
+  const size_t end = events_end(json, begin, name, top);
   if (end == std::string_view::npos) return false;
   const std::vector<size_t> starts = chunk_starts(json, begin, end, chunk_bytes, copy);
   if (starts.size() < 3) return false;
@@ -443,16 +444,18 @@ void close_begin_end(Trace& t, const std::string& name) {
 // chunk_bytes 0: in one piece. One piece needs simdjson's padding, so it parses a copy.
 Trace parse_bytes(std::string_view json, const std::string& name, size_t chunk_bytes, const Copy& copy) {
   Trace trace;
-  bool opfuse_metadata = false, begin_end = false;
-  if (chunk_bytes == 0 || !parse_in_chunks(json, name, chunk_bytes, copy, trace, opfuse_metadata, begin_end)) {
+  TopLevel top;
+  bool begin_end = false;
+  if (chunk_bytes == 0 || !parse_in_chunks(json, name, chunk_bytes, copy, trace, top, begin_end)) {
     const std::string bytes = padded(json);
     Document doc{bytes, name};
     trace = parse_document(doc);
-    opfuse_metadata = doc.opfuse_metadata;
+    top = doc.top;
     begin_end = std::any_of(trace.events.begin(), trace.events.end(), is_begin_end);
   }
   if (begin_end) close_begin_end(trace, name);
-  trace.dialect = detect(trace, opfuse_metadata);
+  trace.dialect = detect(trace, top.opfuse);
+  trace.rank = top.rank;
   return trace;
 }
 

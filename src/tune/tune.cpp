@@ -52,12 +52,11 @@ analyze::Analysis profile_and_analyze(Workload& w, const TuneOptions& o, const s
   }
   profiler.stop();
   w.set_profiling(false);
-  profiler.write(path, {{"opfuse_version", "0.1.0"},
-                        {"torch_version", TORCH_VERSION},
-                        {"model", w.name()},
-                        {"variant", w.describe()},
-                        {"threads", at::get_num_threads()},
-                        {"batch_size", w.samples_per_step()}});
+  nlohmann::json metadata = {{"opfuse_version", "0.1.0"},       {"torch_version", TORCH_VERSION},
+                             {"model", w.name()},                {"variant", w.describe()},
+                             {"threads", at::get_num_threads()}, {"batch_size", w.samples_per_step()}};
+  if (w.ranks() > 1) metadata["distributedInfo"] = {{"rank", w.rank()}, {"world_size", w.ranks()}};
+  profiler.write(path, metadata);
   const trace::Trace t = trace::read_trace(path);
   analyze::Options options;
   if (o.measure_ops)

@@ -188,6 +188,55 @@ const Finding* find(const Analysis& a, const std::string& rule) {
   return nullptr;
 }
 
+Analysis rank_analysis(const std::string& path, int64_t rank, double step_us, int64_t steps,
+                       std::vector<std::pair<std::string, double>> savings) {
+  Analysis a;
+  a.trace.path = path;
+  a.trace.rank = rank;
+  a.trace.steps = steps;
+  a.trace.step_us = step_us;
+  a.trace.duration_us = step_us * std::max<int64_t>(1, steps) + 7;
+  for (const auto& [rule, saving] : savings) {
+    Finding f;
+    f.rule = rule, f.pattern = rule + "-chain", f.replacement = "opfuse::" + rule;
+    f.est_saving_us = saving * std::max<int64_t>(1, steps);
+    f.time_us = 2 * f.est_saving_us;
+    a.findings.push_back(f);
+  }
+  return a;
+}
+
+TEST(Ranks, RanksFromFileNamesWhenTracesDoNotSayAndSpreadPerStep) {
+  const std::vector<Analysis> ranks = {rank_analysis("run/trace_rank_10.json", -1, 300, 4, {{"silu", 30}}),
+                                       rank_analysis("run/rank2.json", -1, 100, 2, {{"silu", 10}, {"rope", 5}}),
+                                       rank_analysis("run/rank-3.json", -1, 110, 3, {{"silu", 20}})};
+  const Ranks r = compare_ranks(ranks);
+  ASSERT_EQ(r.ranks.size(), 3u);
+  EXPECT_EQ(r.ranks[0].rank, 2);
+  EXPECT_EQ(r.ranks[1].rank, 3);
+  EXPECT_EQ(r.ranks[2].rank, 10);
+  EXPECT_EQ(r.slowest_rank, 10);
+  EXPECT_NEAR(r.behind_pct, 100 * (300.0 / 110 - 1), 1e-9);
+  ASSERT_EQ(r.findings.size(), 2u);
+  EXPECT_EQ(r.findings[0].rule, "silu");
+  EXPECT_EQ(r.findings[0].ranks, 3);
+  EXPECT_DOUBLE_EQ(r.findings[0].saving_us_min, 10);
+  EXPECT_DOUBLE_EQ(r.findings[0].saving_us_median, 20);
+  EXPECT_DOUBLE_EQ(r.findings[0].saving_us_max, 30);
+  EXPECT_DOUBLE_EQ(r.findings[0].time_us_median, 40);
+  EXPECT_EQ(r.findings[1].ranks, 1);
+}
+
+TEST(Ranks, WithoutRanksInNamesTheOrderGivenAndWithoutStepsPerTrace) {
+  const Ranks r = compare_ranks({rank_analysis("a.json", -1, 0, 0, {}), rank_analysis("b.json", -1, 0, 0, {})});
+  EXPECT_EQ(r.ranks[0].trace, "a.json");
+  EXPECT_EQ(r.ranks[1].rank, 1);
+  EXPECT_FALSE(r.per_step);
+  EXPECT_DOUBLE_EQ(r.ranks[0].step_us, 7);  // the trace's span
+  EXPECT_THROW(compare_ranks({rank_analysis("x.json", 4, 1, 1, {}), rank_analysis("y.json", 4, 1, 1, {})}),
+               std::invalid_argument);
+}
+
 TEST(Analyze, FindsRulesByShapeAndLocatesThemByModule) {
   const Analysis a = analyze_text(kineto_trace(false));
   EXPECT_EQ(a.trace.dialect, "PyTorch Kineto");

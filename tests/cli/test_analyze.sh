@@ -184,4 +184,28 @@ printf '[{"ph":"X","cat":"cpu_op","name":"aten::sigmoid","pid":1,"tid":1,"ts":0,
 grep -q "1 skipped" "$tmp/odd.txt"
 grep -q "1 overlapping" "$tmp/odd.txt"
 grep -q "warning: .*odd.json: event skipped: .*at byte" "$tmp/odd.txt"
+# Many ranks: a folder of eight rank traces made from one, rank 5 delayed by 25%.
+/usr/bin/python3 "$(dirname "$0")/../analyze/make_gpu_trace.py" "$tmp/gpu.json" --steps 6
+/usr/bin/python3 "$(dirname "$0")/../analyze/make_rank_traces.py" "$tmp/gpu.json" "$tmp/ranks" --ranks 8 --delayed 5 --delay 0.25
+"$opfuse" analyze "$tmp/ranks" --json "$tmp/ranks.json" --html "$tmp/ranks.html" > "$tmp/ranks.txt"
+grep -q "^slowest rank 5: 25.0% behind the median rank" "$tmp/ranks.txt"
+grep -q "^8 traces analysed in" "$tmp/ranks.txt"
+/usr/bin/python3 - "$tmp/ranks.json" <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1]))
+assert [r["rank"] for r in a["ranks"]] == list(range(8)), a["ranks"]
+assert a["slowest_rank"]["rank"] == 5 and abs(a["slowest_rank"]["behind_pct"] - 25) < 0.01, a["slowest_rank"]
+steps = {r["rank"]: r["step_us"] for r in a["ranks"]}
+assert abs(steps[5] / steps[0] - 1.25) < 1e-6 and a["ranks_per"] == "step"
+assert a["trace"]["path"].endswith("worker5.trace.json")  # the full analysis is the slowest rank's
+PY
+# A glob names the ranks too; two traces of one rank are refused; a folder is not diffed.
+"$opfuse" analyze "$tmp/ranks/worker[0-3].trace.json" | grep -q "^4 traces analysed"
+cp "$tmp/ranks/worker1.trace.json" "$tmp/ranks/copy.trace.json"
+expect_usage_error analyze "$tmp/ranks"
+grep -q "are both rank 1" "$tmp/err"
+expect_usage_error analyze "$tmp/ranks" "$tmp/gpu.json"
+grep -q "a folder of ranks is analysed alone" "$tmp/err"
+expect_usage_error analyze "$tmp/nothing*.json"
+grep -q "no trace matches" "$tmp/err"
 echo ok

@@ -57,6 +57,10 @@ cat > "$tmp/analysis.json" <<'JSON'
           "findings_vanished": [{"rule": "silu", "kind": "rule", "pattern": "sigmoid-mul", "replacement": "opfuse::silu",
                                  "backend": "cpu", "occurrences": 49, "time_us": 3000.0, "est_saving_us": 1800.0, "locations": []}],
           "findings_appeared": []},
+ "ranks": [{"rank": 0, "trace": "r0.json", "steps": 4, "step_us": 1000}, {"rank": 1, "trace": "r1.json", "steps": 4, "step_us": 1250}],
+ "ranks_per": "step", "slowest_rank": {"rank": 1, "behind_pct": 11.1},
+ "rank_findings": [{"rule": "silu", "pattern": "sigmoid-mul", "replacement": "opfuse::silu", "mined": false, "ranks": 2,
+                    "time_us_median": 300, "saving_us_median": 200, "saving_us_min": 150, "saving_us_max": 250}],
  "tune": {"model": "EfficientNet", "batch_size": 8, "ranks": 2, "steps": 1, "rounds": 5, "sample_unit": "images",
           "speedup": 1.2, "speedup_ci": [1.1, 1.3], "environment": {}, "machine": {}, "replacements": [], "rule_times": [],
           "baseline": {"step_ms": 100.0, "step_ms_ci": [98, 102], "images_per_sec": 80, "ops_per_step": 10000,
@@ -91,6 +95,11 @@ expect '_blocks.7._swish ×3'
 expect '&lt;/script&gt;&lt;b&gt;bold'
 [ "$(grep -o 'class="finding" data-rule=' "$tmp/drawn.html" | wc -l)" -eq 3 ] || fail "expected 3 finding rows"
 expect 'batch 8 over 2 ranks'
+expect 'id="ranks"'
+expect 'rank 1 is the slowest, 11.1% behind the median rank'
+expect 'class="rank-finding" data-rule="silu"'
+expect '0.15 … 0.25'
+[ "$(grep -o 'class="rank-row"' "$tmp/drawn.html" | wc -l)" -eq 2 ] || fail "expected a row per rank trace"
 expect '83.25 (slowest)'
 [ "$(grep -o 'class="rank"' "$tmp/drawn.html" | wc -l)" -eq 2 ] || fail "expected a row per rank"
 ! grep -qF '_blocks.8._swish' "$tmp/drawn.html" || fail "more than 5 locations shown"

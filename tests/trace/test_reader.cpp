@@ -114,6 +114,24 @@ TEST(Reader, ArrayAndObjectFormsAndStringIds) {
   EXPECT_EQ(old.events[1].external_id, 9);
 }
 
+// Kineto's "distributedInfo" names the process's rank, before or after the events, in one piece
+// or in chunks; a trace without one (or with a rank no count can be) has rank -1.
+TEST(Reader, TheRankOfADistributedJobsTrace) {
+  std::string events;
+  for (int i = 0; i < 40; ++i)
+    events += fmt::format(R"({}{{"ph":"X","cat":"cpu_op","name":"aten::mul","pid":1,"tid":1,"ts":{},"dur":1}})", i ? "," : "", 2 * i);
+  const std::string before = R"({"distributedInfo":{"backend":"gloo","rank":3,"world_size":8},"traceEvents":[)" + events + "]}";
+  const std::string after = R"({"traceEvents":[)" + events + R"(],"distributedInfo":{"rank":5}})";
+  EXPECT_EQ(parse_trace(before, "r3.json").rank, 3);
+  EXPECT_EQ(detail::parse_trace_chunked(before, "r3.json", 200).rank, 3);
+  EXPECT_EQ(parse_trace(after, "r5.json").rank, 5);
+  EXPECT_EQ(detail::parse_trace_chunked(after, "r5.json", 200).rank, 5);
+  EXPECT_GT(detail::parse_trace_chunked(after, "r5.json", 200).chunks, 2);
+  EXPECT_EQ(parse_trace("[" + events + "]", "plain.json").rank, -1);
+  EXPECT_EQ(parse_trace(R"({"distributedInfo":{"rank":"two"},"traceEvents":[)" + events + "]}", "odd.json").rank, -1);
+  EXPECT_EQ(parse_trace(R"({"distributedInfo":[1],"traceEvents":[)" + events + "]}", "odd.json").rank, -1);
+}
+
 void expect_error_with_offset(const std::string& json, const std::string& what) {
   try {
     parse_trace(json, "bad.json");
