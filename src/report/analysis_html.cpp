@@ -183,8 +183,8 @@ constexpr std::string_view kPage = R"page(<!doctype html>
   }
 
   // On device traces the step is the kernels' time, so ops are ranked by what they launched.
-  function renderOpChart(ops) {
-    const onDevice = ops.some((o) => isNum(o.device_us) && o.device_us > 0);
+  function renderOpChart(ops, backend) {
+    const onDevice = backend !== "cpu" && ops.some((o) => isNum(o.device_us) && o.device_us > 0);
     const key = onDevice ? "device_us" : "self_us";
     const bySelf = [...ops].sort((a, b) => (b[key] || 0) - (a[key] || 0));
     const rows = bySelf.slice(0, 15).map((o) => ({ label: str(o.name), value: o[key] }));
@@ -671,7 +671,7 @@ constexpr std::string_view kPage = R"page(<!doctype html>
   renderHeader(trace, data.device);
   if (data.tune) renderTune(data.tune);
   renderTimelines(data);
-  renderOpChart(ops);
+  renderOpChart(ops, str(trace.backend));
   renderFindings(list(data.findings));
   renderDevice(data.device, data.devices, data.kernels);
   renderModules(data.modules);
