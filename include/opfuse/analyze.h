@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -160,10 +161,62 @@ struct Summary {
   std::vector<std::string> warnings;
 };
 
+// Time per module scope: opfuse's and record_function's scopes (user annotations) where the
+// trace has them, else the ops' "Module Hierarchy". Totals over the trace; the report divides by
+// the steps.
+struct ModuleTime {
+  std::string module;
+  int64_t calls = 0;
+  double total_us = 0;  // inclusive: nested scopes count in their parent too
+  double self_us = 0;   // less the nested scopes
+};
+std::vector<ModuleTime> module_time(const trace::Trace& trace, const trace::Model& model);  // by total, largest first
+
+// Device events by name (kernels, memcpy, memset, device tasks), over the whole trace.
+struct KernelStat {
+  std::string name;
+  int64_t count = 0;
+  double total_us = 0;
+};
+std::vector<KernelStat> kernel_table(const trace::Trace& trace, const trace::Model& model);  // by total, largest first
+
+// One step as a timeline: host threads and device streams as lanes, each slice on the row of its
+// nesting depth, coloured by the finding whose chain it belongs to. Times are µs from `begin_us`.
+struct TimelineSlice {
+  int32_t lane = 0, row = 0;
+  double start_us = 0, dur_us = 0;
+  int32_t name = 0;         // index into Timeline::names
+  int32_t module = -1;      // index into Timeline::names, or −1
+  int32_t finding = -1;     // index into Analysis::findings, or −1
+};
+
+struct TimelineLane {
+  std::string name;  // "thread 7 (python)", "stream 7"
+  bool device = false;
+  int32_t rows = 1;
+};
+
+struct Timeline {
+  static constexpr size_t kMaxSlices = 30000;  // what the page draws smoothly and embeds in ~1.5 MB
+  std::string step;        // "ProfilerStep#5", or "" for the whole trace
+  int64_t steps = 0;       // steps in the trace (the one shown has the median duration)
+  double begin_us = 0, dur_us = 0;  // on the trace's clock (µs since Trace::origin_us)
+  std::vector<TimelineLane> lanes;
+  std::vector<std::string> names;
+  std::vector<TimelineSlice> slices;  // by lane, then start
+  int64_t left_out = 0;    // slices over kMaxSlices: the deepest and shortest go first
+};
+
+// `finding_of_event`: per event, the index of the finding whose chain holds it, or −1.
+Timeline step_timeline(const trace::Trace& trace, const trace::Model& model, const std::vector<int32_t>& finding_of_event);
+
 struct Analysis {
   Summary trace;
   std::vector<OpStat> ops;        // by self time, largest first
   std::vector<Finding> findings;  // by estimated saving, largest first
+  std::vector<ModuleTime> modules;
+  std::vector<KernelStat> kernels;
+  std::optional<Timeline> timeline;  // with Options::timeline
 };
 
 // Microseconds one call of opfuse op `op` takes at "Input Dims" `dims`, or < 0 when unknown.
@@ -173,6 +226,7 @@ struct Options {
   Backend backend = Backend::cpu;
   Measure measure;  // empty: every saving comes from the bandwidth model
   int min_chain_occurrences = 2;
+  bool timeline = false;  // also lay out one step for the HTML page (costs a pass and its slices)
 };
 
 Analysis analyze(const trace::Trace& trace, const std::string& path, const std::vector<Rule>& rules,

@@ -50,6 +50,13 @@ void add_diff(nlohmann::json& analysis, const analyze::Diff& d, const analyze::A
 // merged across ranks; add_ranks adds "ranks", "ranks_per", "slowest_rank", "rank_findings".
 std::string format_ranks(const analyze::Ranks& r, int top);
 void add_ranks(nlohmann::json& analysis, const analyze::Ranks& r);
+// {"per": "step"|"total", "count", "top": [...]}: the top 50 modules / device kernels by time.
+nlohmann::json modules_json(const analyze::Analysis& a);
+nlohmann::json kernels_json(const analyze::Analysis& a);
+// The timeline of one step, for the HTML page only (it runs to megabytes): "timeline" for the
+// first analysis, "diff.after.timeline" for the second (after add_diff).
+nlohmann::json timeline_json(const analyze::Timeline& t);
+void add_timelines(nlohmann::json& page, const analyze::Analysis& before, const analyze::Analysis* after);
 
 // tune: the summary in the reference's terms (images/s, ops per step, time under each fused
 // chain, each replacement with its verified error and measured gain), and report.json.

@@ -90,12 +90,16 @@ Analysis analyze(const Trace& trace, const std::string& path, const std::vector<
     try {
       a.trace = summarise(trace, model, path, options.backend);
       a.ops = op_table(trace, model);
+      a.modules = module_time(trace, model);
+      a.kernels = kernel_table(trace, model);
     } catch (...) {
       failed = std::current_exception();
     }
   });
+  std::vector<int32_t> finding_of_event;
   try {
-    a.findings = find_fusions(trace, model, rules, options);
+    a.findings = find_fusions(trace, model, rules, options, options.timeline ? &finding_of_event : nullptr);
+    if (options.timeline) a.timeline = step_timeline(trace, model, finding_of_event);
   } catch (...) {
     tables.join();
     throw;

@@ -483,10 +483,22 @@ bool natural_less(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
+// Each match's events marked with its finding's final index (findings dropped: −1).
+void mark_matches(const std::vector<const std::vector<Match>*>& lists, const std::map<std::string, int32_t>& index,
+                  std::vector<int32_t>& finding_of_event) {
+  for (const auto* list : lists)
+    for (const Match& mt : *list) {
+      const auto it = index.find(mt.key);
+      if (it == index.end()) continue;
+      for (int32_t e : mt.ops) finding_of_event[e] = it->second;
+      if (mt.parent >= 0) finding_of_event[mt.parent] = it->second;
+    }
+}
+
 }  // namespace
 
 std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const std::vector<Rule>& rules,
-                                  const Options& options) {
+                                  const Options& options, std::vector<int32_t>* finding_of_event) {
   Finder finder(trace, model, options);
   finder.prepare(rules);
   std::vector<Match> matches, mined;
@@ -522,6 +534,7 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
       tally.where[finder.location(mt.ops[0])] += 1;
     }
   std::vector<Finding> out;
+  std::vector<std::string> keys;  // per finding in `out`, before sorting
   for (auto& [key, tally] : by_key) {
     Finding& f = tally.f;
     if (f.mined && f.occurrences < options.min_chain_occurrences) continue;
@@ -533,10 +546,23 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
                        return a.count != b.count ? a.count > b.count : natural_less(a.where, b.where);
                      });
     out.push_back(std::move(f));
+    keys.push_back(key);
   }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const Finding& a, const Finding& b) { return a.est_saving_us > b.est_saving_us; });
-  return out;
+  std::vector<size_t> order(out.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return out[a].est_saving_us > out[b].est_saving_us; });
+  std::vector<Finding> sorted;
+  std::map<std::string, int32_t> index;  // key → place in `sorted`
+  for (size_t i : order) {
+    index[keys[i]] = static_cast<int32_t>(sorted.size());
+    sorted.push_back(std::move(out[i]));
+  }
+  if (finding_of_event != nullptr) {
+    finding_of_event->assign(trace.events.size(), -1);
+    mark_matches({&matches, &mined}, index, *finding_of_event);
+  }
+  return sorted;
 }
 
 std::vector<std::vector<int64_t>> parse_dims(const std::string& dims) {

@@ -39,6 +39,7 @@ analyze::Analysis analyze_one(const std::string& path, const AnalyzeArgs& args, 
     throw std::invalid_argument(fmt::format(
         "{}: not a trace opfuse recognises (no cpu_op, Operator, kernel, CANN or legacy-profiler events) at byte 0", path));
   analyze::Options options;
+  options.timeline = !args.html.empty();  // only the page draws it
   options.backend = args.backend == "auto" ? analyze::detect_backend(t) : analyze::parse_backend(args.backend);
   // Timing an opfuse op here only says something about a CPU trace taken on a CPU like this one,
   // and loading LibTorch to do it costs more than the whole analysis, so it is asked for.
@@ -176,7 +177,10 @@ int analyze_ranks(const std::vector<std::string>& paths, const AnalyzeArgs& args
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::fprintf(tables, "\n%zu traces analysed in %.2f s\n", paths.size(), seconds);
   if (!args.json.empty()) report::write_json(args.json, json, args.force);
-  if (!args.html.empty()) report::write_text(args.html, report::analysis_html(json), args.force);
+  if (!args.html.empty()) {
+    report::add_timelines(json, *slowest, nullptr);
+    report::write_text(args.html, report::analysis_html(json), args.force);
+  }
   return 0;
 }
 
@@ -239,7 +243,10 @@ Run add_analyze(CLI::App& app) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(tables, "\nanalysed in %.2f s\n", seconds);
     if (!args->json.empty()) report::write_json(args->json, json, args->force);
-    if (!args->html.empty()) report::write_text(args->html, report::analysis_html(json), args->force);
+    if (!args->html.empty()) {
+      report::add_timelines(json, before, after ? &*after : nullptr);  // after --json: the page alone carries it
+      report::write_text(args->html, report::analysis_html(json), args->force);
+    }
     return 0;
   };
 }

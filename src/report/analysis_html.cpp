@@ -49,6 +49,15 @@ constexpr std::string_view kPage = R"page(<!doctype html>
   .legend { font-size: 12px; color: var(--muted); }
   .legend span { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 12px; vertical-align: -1px; }
   ul.changes li { margin: 2px 0; }
+  .timeline-tools { display: flex; gap: 6px; align-items: center; margin: 4px 0 6px; font-size: 12px; color: var(--muted); }
+  .timeline-tools button { font: inherit; padding: 1px 8px; border: 1px solid var(--line); background: var(--head); border-radius: 4px; cursor: pointer; }
+  figure.timeline { margin: 0 0 12px; position: relative; }
+  figure.timeline figcaption { font-size: 12.5px; margin: 0 0 2px; }
+  figure.timeline canvas { display: block; width: 100%; border: 1px solid var(--line); cursor: grab; touch-action: none; }
+  .timeline-tip { position: absolute; pointer-events: none; background: #fff; border: 1px solid var(--line); border-radius: 4px;
+    padding: 4px 6px; font-size: 12px; box-shadow: 0 1px 4px rgba(0,0,0,.15); max-width: 520px; word-break: break-all; display: none; z-index: 2; }
+  .timeline-detail { font-size: 12.5px; min-height: 1.45em; }
+  .timeline-legend span.swatch { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 12px; vertical-align: -1px; }
 </style>
 </head>
 <body>
@@ -173,12 +182,16 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     h.append(grid);
   }
 
-  function renderOpChart(ops) {
-    const bySelf = [...ops].sort((a, b) => (b.self_us || 0) - (a.self_us || 0));
-    const rows = bySelf.slice(0, 15).map((o) => ({ label: str(o.name), value: o.self_us }));
-    const rest = bySelf.slice(15).reduce((sum, o) => sum + (isNum(o.self_us) ? o.self_us : 0), 0);
+  // On device traces the step is the kernels' time, so ops are ranked by what they launched.
+  function renderOpChart(ops, backend) {
+    const onDevice = backend !== "cpu" && ops.some((o) => isNum(o.device_us) && o.device_us > 0);
+    const key = onDevice ? "device_us" : "self_us";
+    const bySelf = [...ops].sort((a, b) => (b[key] || 0) - (a[key] || 0));
+    const rows = bySelf.slice(0, 15).map((o) => ({ label: str(o.name), value: o[key] }));
+    const rest = bySelf.slice(15).reduce((sum, o) => sum + (isNum(o[key]) ? o[key] : 0), 0);
     if (rest > 0) rows.push({ label: `other (${bySelf.length - 15} ops)`, value: rest, colour: "var(--other)" });
-    const s = section("Where the time goes", "Self time per op (time not spent in child ops), top 15.");
+    const s = section("Where the time goes", onDevice ? "Device time per op (the kernels each op launched), top 15." :
+      "Self time per op (time not spent in child ops), top 15.");
     s.append(rows.length ? barChart(rows) : el("p", { class: "muted" }, "No ops in this trace."));
   }
 
@@ -343,14 +356,350 @@ constexpr std::string_view kPage = R"page(<!doctype html>
       { title: "result" }, { title: "why" }], reps));
   }
 
+  // --- Timeline of one step -------------------------------------------------------------------
+  // Drawn on a canvas: tens of thousands of slices as SVG nodes would make zooming crawl. The
+  // figure's data-* attributes say what was drawn, for people's tools and the browser test.
+  const PALETTE = ["#e15759", "#f28e2b", "#b07aa1", "#edc948", "#76b7b2", "#ff9da7", "#9c755f", "#59a14f"];
+  const HOST_FILL = "#c3cfdc", DEVICE_FILL = "#9db4cc", TL = { label: 180, row: 15, gap: 8, axis: 20, maxRows: 64 };
+  const findingKey = (f) => (f ? str(f.rule) === "unnamed chain" || f.mined ? str(f.pattern) : str(f.rule) || str(f.pattern) : "");
+
+  // µs as people read them on a ruler: "250 µs", "1.5 ms".
+  function timeText(us) {
+    if (!isNum(us)) return "–";
+    const a = Math.abs(us);
+    if (a >= 1000) return `${(us / 1000).toFixed(a >= 100000 ? 0 : a >= 10000 ? 1 : 2)} ms`;
+    return `${us.toFixed(a >= 100 ? 0 : a >= 10 ? 1 : 2)} µs`;
+  }
+
+  // The timeline's JSON checked and put in drawing order; bad entries are dropped, never drawn.
+  function readTimeline(t, findings) {
+    if (!t || typeof t !== "object") return null;
+    const lanes = list(t.lanes).map((l) => ({ name: str(l && l.name), device: !!(l && l.device),
+      rows: Math.min(TL.maxRows, Math.max(1, isNum(l && l.rows) ? Math.floor(l.rows) : 1)) }));
+    const names = list(t.names).map(str);
+    const slices = [];
+    for (const s of list(t.slices)) {
+      if (!Array.isArray(s) || s.length < 4) continue;
+      const [lane, row, start, dur, name, module, finding] = s;
+      if (!isNum(lane) || !lanes[lane] || !isNum(row) || row < 0 || row >= lanes[lane].rows || !isNum(start) || !isNum(dur)) continue;
+      const f = isNum(finding) && finding >= 0 ? findings[finding] : undefined;
+      slices.push({ lane, row, start, dur: Math.max(0, dur), name: str(names[name]) || "?",
+        module: isNum(module) && module >= 0 ? str(names[module]) : "", finding: f, key: findingKey(f) });
+    }
+    let top = TL.axis;
+    for (const l of lanes) { l.top = top; top += l.rows * TL.row + TL.gap; l.slices = Array.from({ length: l.rows }, () => []); }
+    for (const s of slices) lanes[s.lane].slices[s.row].push(s);
+    for (const l of lanes) for (const r of l.slices) r.sort((a, b) => a.start - b.start);
+    const dur = isNum(t.dur_us) && t.dur_us > 0 ? t.dur_us : Math.max(1, ...slices.map((s) => s.start + s.dur));
+    return { lanes, slices, dur, height: top, step: str(t.step), steps: isNum(t.steps) ? t.steps : 0,
+      leftOut: isNum(t.slices_left_out) ? t.slices_left_out : 0, max: t.max_slices };
+  }
+
+  // "What the colour means": the replacement op in an after-trace is drawn in its finding's colour,
+  // so before → after reads as a cloud of small ops → one op.
+  function replacementMatches(name, replacement) {
+    if (!replacement) return false;
+    const last = replacement.split(/::|\./).pop();
+    return name === replacement || (last.length > 2 && name.endsWith("::" + last));
+  }
+
+  function timelineCaption(tl, path, side) {
+    const which = tl.step ? `${tl.step}, the median-length of ${count(tl.steps)} steps (the last, often cut short, left out)` :
+      "the whole trace (it has no ProfilerStep# markers)";
+    const left = tl.leftOut > 0 ? `; ${count(tl.leftOut)} slices left out (over ${count(tl.max)}: the deepest and shortest)` : "";
+    return `${side ? side + ": " : ""}${path || "(unnamed trace)"} — ${which}, ${timeText(tl.dur)}, ` +
+      `${count(tl.slices.length)} slices${left}`;
+  }
+
+  function drawTimeline(fig, view) {
+    const { tl, canvas } = fig;
+    const width = canvas.clientWidth || 1100, dpr = window.devicePixelRatio || 1;
+    canvas.width = Math.round(width * dpr);
+    canvas.height = Math.round(tl.height * dpr);
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, tl.height);
+    const plot = width - TL.label, scale = plot / (view.t1 - view.t0);
+    const x = (t) => TL.label + (t - view.t0) * scale;
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.textBaseline = "middle";
+    tl.lanes.forEach((l, i) => {
+      ctx.fillStyle = i % 2 ? "#ffffff" : "#f6f8fa";
+      ctx.fillRect(0, l.top - TL.gap / 2, width, l.rows * TL.row + TL.gap);
+    });
+    // Plain slices first, then the findings' on top: a one-pixel highlight is never painted over.
+    const drawSlice = (s, fill) => {
+      const l = tl.lanes[s.lane];
+      let x0 = x(s.start), x1 = x(s.start + s.dur);
+      if (x1 < TL.label || x0 > width) return;
+      x0 = Math.max(x0, TL.label);
+      const w = Math.max(1, Math.min(x1, width) - x0), y = l.top + s.row * TL.row;
+      ctx.fillStyle = fill;
+      ctx.fillRect(x0, y, w, TL.row - 2);
+      if (w > 36) {
+        ctx.fillStyle = "#1f2328";
+        const room = Math.floor((w - 6) / 6.2);
+        ctx.fillText(s.name.length > room ? s.name.slice(0, Math.max(1, room - 1)) + "…" : s.name, x0 + 3, y + (TL.row - 2) / 2);
+      }
+    };
+    const lit = [];
+    for (const s of tl.slices) {
+      const c = fig.colourOf(s);
+      if (c) lit.push([s, c]);
+      else drawSlice(s, tl.lanes[s.lane].device ? DEVICE_FILL : HOST_FILL);
+    }
+    for (const [s, c] of lit) drawSlice(s, c);
+    drawAxis(ctx, view, width, x);
+    ctx.fillStyle = "#ffffff";
+    ctx.fillRect(0, TL.axis, TL.label - 1, tl.height);
+    ctx.fillStyle = "#1f2328";
+    for (const l of tl.lanes) {
+      const room = Math.floor((TL.label - 10) / 6.2);
+      ctx.fillText(l.name.length > room ? "…" + l.name.slice(-(room - 1)) : l.name, 4, l.top + (TL.row - 2) / 2);
+    }
+    fig.box = canvas.getBoundingClientRect();
+    fig.node.dataset.box = [fig.box.left + window.scrollX, fig.box.top + window.scrollY, fig.box.width, fig.box.height]
+      .map((v) => Math.round(v)).join(",");
+  }
+
+  // Ticks at 1, 2 or 5 × 10^k µs, about every 100 px.
+  function drawAxis(ctx, view, width, x) {
+    const span = view.t1 - view.t0, raw = (span * 100) / Math.max(1, width - TL.label);
+    const pow = Math.pow(10, Math.floor(Math.log10(Math.max(raw, 1e-3))));
+    const step = [1, 2, 5, 10].map((m) => m * pow).find((s) => s >= raw) || raw;
+    ctx.fillStyle = "#ffffff";
+    ctx.fillRect(0, 0, width, TL.axis - 2);
+    ctx.strokeStyle = "#d8dee4";
+    ctx.fillStyle = "#656d76";
+    for (let t = Math.ceil(view.t0 / step) * step; t <= view.t1; t += step) {
+      const px = Math.round(x(t)) + 0.5;
+      if (px < TL.label) continue;
+      ctx.beginPath();
+      ctx.moveTo(px, TL.axis - 6);
+      ctx.lineTo(px, TL.axis - 1);
+      ctx.stroke();
+      ctx.fillText(timeText(t), px + 3, TL.axis / 2 - 2);
+    }
+  }
+
+  // The slice under a point, or null: the row from y, then the last slice starting before x
+  // (a row's slices do not overlap), with a pixel of slack for slices drawn wider than they are.
+  function sliceAt(fig, view, px, py) {
+    const width = fig.canvas.clientWidth, t = view.t0 + ((px - TL.label) * (view.t1 - view.t0)) / (width - TL.label);
+    if (px < TL.label) return null;
+    const pixel = (view.t1 - view.t0) / (width - TL.label);
+    for (const l of fig.tl.lanes) {
+      const row = Math.floor((py - l.top) / TL.row);
+      if (row < 0 || row >= l.rows) continue;
+      const r = l.slices[row];
+      let lo = 0, hi = r.length;
+      while (lo < hi) { const mid = (lo + hi) >> 1; if (r[mid].start <= t + pixel) lo = mid + 1; else hi = mid; }
+      for (let k = lo - 1; k >= 0 && k >= lo - 3; --k)
+        if (r[k].start + Math.max(r[k].dur, pixel) >= t - pixel) return r[k];
+      return null;
+    }
+    return null;
+  }
+
+  function sliceText(s) {
+    const lines = [`${s.name} — ${timeText(s.dur)} at +${timeText(s.start)}`];
+    if (s.module) lines.push(`module ${s.module}`);
+    if (s.finding) lines.push(`finding ${findingLabel(s.finding)}`);
+    else if (s.replacing) lines.push(`the replacement of ${s.replacing}`);
+    return lines;
+  }
+
+  // Wheel zooms at the pointer, drag pans, a click pins a slice's details; all timelines share `view`.
+  function wireTimeline(fig, view, redraw) {
+    const { canvas, tip, detail } = fig;
+    const local = (ev) => { const b = canvas.getBoundingClientRect(); return [ev.clientX - b.left, ev.clientY - b.top]; };
+    canvas.addEventListener("wheel", (ev) => {
+      const [px] = local(ev);
+      if (Math.abs(ev.deltaX) > Math.abs(ev.deltaY)) {
+        view.pan((ev.deltaX * (view.t1 - view.t0)) / canvas.clientWidth);
+      } else {
+        view.zoom(Math.exp(ev.deltaY * 0.002), view.t0 + ((px - TL.label) / (canvas.clientWidth - TL.label)) * (view.t1 - view.t0));
+      }
+      ev.preventDefault();
+      redraw();
+    }, { passive: false });
+    let drag = null;
+    canvas.addEventListener("pointerdown", (ev) => { drag = { x: ev.clientX, moved: false }; canvas.setPointerCapture(ev.pointerId); });
+    canvas.addEventListener("pointermove", (ev) => {
+      if (drag) {
+        const dx = ev.clientX - drag.x;
+        if (Math.abs(dx) > 2) drag.moved = true;
+        if (drag.moved) {
+          view.pan((-dx * (view.t1 - view.t0)) / (canvas.clientWidth - TL.label));
+          drag.x = ev.clientX;
+          redraw();
+        }
+        return;
+      }
+      const [px, py] = local(ev), s = sliceAt(fig, view, px, py);
+      tip.style.display = s ? "block" : "none";
+      if (s) {
+        tip.replaceChildren(...sliceText(s).map((line) => el("div", {}, line)));
+        tip.style.left = `${Math.min(px + 12, canvas.clientWidth - 300)}px`;
+        tip.style.top = `${py + canvas.offsetTop + 14}px`;
+      }
+    });
+    canvas.addEventListener("pointerleave", () => { tip.style.display = "none"; });
+    canvas.addEventListener("pointerup", (ev) => {
+      const click = drag && !drag.moved;
+      drag = null;
+      if (!click) return;
+      const [px, py] = local(ev), s = sliceAt(fig, view, px, py);
+      detail.textContent = s ? sliceText(s).join("; ") : "";
+    });
+  }
+
+  function makeView(span) {
+    const view = { t0: 0, t1: span, span };
+    const clamp = () => {
+      const w = Math.min(view.span, Math.max(0.5, view.t1 - view.t0));
+      view.t0 = Math.min(Math.max(0, view.t0), view.span - w);
+      view.t1 = view.t0 + w;
+    };
+    view.zoom = (factor, at) => {
+      view.t0 = at - (at - view.t0) * factor;
+      view.t1 = at + (view.t1 - at) * factor;
+      clamp();
+    };
+    view.pan = (dt) => { view.t0 += dt; view.t1 += dt; clamp(); };
+    view.reset = () => { view.t0 = 0; view.t1 = view.span; };
+    return view;
+  }
+
+  // One timeline, or before and after stacked on one time scale, findings coloured alike in both.
+  function renderTimelines(data) {
+    const before = data.timeline, after = data.diff && data.diff.after && data.diff.after.timeline;
+    if (!before && !after) return;
+    const beforeFindings = list(data.findings), afterFindings = list(data.diff && data.diff.after && data.diff.after.findings);
+    const colours = new Map();
+    for (const f of beforeFindings.concat(afterFindings)) {
+      const key = findingKey(f);
+      if (key && !colours.has(key)) colours.set(key, PALETTE[colours.size % PALETTE.length]);
+    }
+    const sides = [];
+    const tlBefore = readTimeline(before, beforeFindings), tlAfter = readTimeline(after, afterFindings);
+    if (tlBefore) sides.push({ tl: tlBefore, path: str((data.trace || {}).path), side: tlAfter ? "before" : "" });
+    if (tlAfter) sides.push({ tl: tlAfter, path: str(((data.diff.after || {}).trace || {}).path), side: "after" });
+    if (!sides.length) return;
+    const s = section("Timeline of one step", "Host threads and device streams as lanes, nested ops as rows below " +
+      "their parent. Slices of a finding's chains (and, on device, the kernels they launched) in the finding's colour" +
+      (tlAfter ? "; in the after trace, the ops that replaced them in the same colour. Both on one time scale." : "."));
+    s.id = "timeline";
+    const replaced = beforeFindings.filter((f) => f.replacement).map((f) => ({ f, key: findingKey(f) }));
+    const view = makeView(Math.max(...sides.map((x) => x.tl.dur)));
+    const figs = [];
+    const redraw = () => figs.forEach((fig) => drawTimeline(fig, view));
+    const tools = el("div", { class: "timeline-tools" });
+    const button = (label, act) => { const b = el("button", { type: "button" }, label); b.addEventListener("click", () => { act(); redraw(); }); return b; };
+    const mid = () => (view.t0 + view.t1) / 2;
+    tools.append(button("zoom in", () => view.zoom(0.5, mid())), button("zoom out", () => view.zoom(2, mid())),
+      button("reset", () => view.reset()), "wheel: zoom at the pointer · drag: pan · hover or click a slice: details");
+    s.append(tools);
+    const used = new Map();  // finding key → slices drawn in its colour, over all timelines
+    for (const side of sides) {
+      const tl = side.tl;
+      for (const sl of tl.slices) {
+        if (!sl.finding && side.side === "after") {
+          const r = replaced.find((x) => replacementMatches(sl.name, x.f.replacement));
+          if (r) { sl.key = r.key; sl.replacing = findingLabel(r.f); }
+        }
+        if (sl.key && colours.has(sl.key)) used.set(sl.key, (used.get(sl.key) || 0) + 1);
+      }
+      const canvas = el("canvas", { role: "img", "aria-label": `timeline of ${side.side || "the trace"}` });
+      canvas.style.height = `${tl.height}px`;
+      const node = el("figure", { class: "timeline", "data-trace": side.side || "trace", "data-slices": String(tl.slices.length) },
+        el("figcaption", {}, timelineCaption(tl, side.path, side.side)), canvas);
+      const tip = el("div", { class: "timeline-tip" }), detail = el("div", { class: "timeline-detail muted" });
+      node.append(tip, detail);
+      const highlighted = new Map();
+      for (const sl of tl.slices) if (sl.key && colours.has(sl.key)) highlighted.set(sl.key, (highlighted.get(sl.key) || 0) + 1);
+      node.dataset.highlighted = [...highlighted].map(([k, n]) => `${k}:${n}`).join(",");
+      s.append(node);
+      const fig = { tl, canvas, tip, detail, node, colourOf: (sl) => (sl.key ? colours.get(sl.key) : undefined) };
+      figs.push(fig);
+      wireTimeline(fig, view, redraw);
+    }
+    const legend = el("div", { class: "legend timeline-legend" },
+      el("span", { class: "swatch", style: `background: ${HOST_FILL}` }), "host",
+      el("span", { class: "swatch", style: `background: ${DEVICE_FILL}` }), "device");
+    for (const f of beforeFindings.concat(afterFindings)) {
+      const key = findingKey(f);
+      if (!used.has(key) || legend.querySelector(`[data-key="${CSS.escape(key)}"]`)) continue;
+      legend.append(el("span", { class: "swatch timeline-finding", "data-key": key, "data-rule": str(f.rule),
+        "data-colour": colours.get(key), "data-slices": String(used.get(key)), style: `background: ${colours.get(key)}` }),
+        `${findingLabel(f)} (${count(used.get(key))} slices)`);
+    }
+    tools.after(legend);
+    redraw();
+    window.addEventListener("resize", redraw);
+  }
+
+  // --- Device: temporal breakdown, streams, kernels -------------------------------------------
+  function pctChart(rows) {
+    const chart = barChart(rows.map((r) => ({ label: r.label, value: isNum(r.pct) ? r.pct * 1000 : 0, colour: r.colour })));
+    // barChart prints ms of its value; these are percentages, so the value labels are rewritten.
+    chart.querySelectorAll("text.value").forEach((t, i) => { t.textContent = `${fixed(rows[i].pct, 1)}%`; });
+    chart.querySelectorAll("title").forEach((t, i) => { t.textContent = `${rows[i].label}: ${fixed(rows[i].pct, 1)}%`; });
+    return chart;
+  }
+
+  function renderDevice(device, devices, kernels) {
+    if (!device || typeof device !== "object" || !device.breakdown) return;
+    const per = device.per === "step" ? "per step" : "in the trace";
+    const s = section("Device time", `Device ${str(device.device)}: a ${ms(device.window_us)} ms window ${per} ` +
+      `(HolisticTraceAnalysis' convention), ${ms(device.busy_us)} ms busy, ${ms(device.idle_us)} ms idle` +
+      (list(devices).length > 1 ? `; the busiest of ${list(devices).length} devices.` : "."));
+    s.id = "device";
+    const b = device.breakdown;
+    s.append(el("h3", {}, "Temporal breakdown (% of the window)"),
+      pctChart([{ label: "compute", pct: b.compute_pct, colour: "var(--bar)" },
+        { label: "communication", pct: b.communication_pct, colour: "#f28e2b" },
+        { label: "memcpy / memset", pct: b.memory_pct, colour: "#76b7b2" },
+        { label: "idle", pct: b.idle_pct, colour: "var(--other)" }]));
+    const streams = list(device.streams);
+    if (streams.length)
+      s.append(el("h3", {}, `Busy time per stream (ms ${per})`),
+        barChart(streams.slice(0, 12).map((st) => ({ label: `stream ${str(st.stream)}`, value: st.busy_us }))));
+    const top = list(kernels && kernels.top);
+    if (top.length) {
+      const kper = kernels.per === "step" ? "per step" : "in the trace";
+      s.append(el("h3", {}, `Kernel time, top ${Math.min(15, top.length)} of ${count(kernels.count)} (ms ${kper})`),
+        barChart(top.slice(0, 15).map((k) => ({ label: str(k.name), value: k.total_us }))));
+    }
+    const l = device.launch || {};
+    if (isNum(l.kernels) && l.kernels > 0)
+      s.append(el("p", { class: "note" }, `Launches: ${fixed(l.delay_median_us, 1)} µs median from launch to start ` +
+        `(p90 ${fixed(l.delay_p90_us, 1)} µs); ${count(l.shorter_than_launch)} of ${count(l.launched)} kernels ran shorter ` +
+        `than their launch call; ${fixed(l.small_kernel_time_pct, 1)}% of kernel time in kernels under ${fixed(l.small_kernel_us, 0)} µs.`));
+  }
+
+  // --- Time per module ------------------------------------------------------------------------
+  function renderModules(modules) {
+    const top = list(modules && modules.top);
+    if (!top.length) return;
+    const per = modules.per === "step" ? "per step" : "in the trace";
+    const s = section("Time per module", `Host time inside each module scope (ms ${per}), nested scopes counted in ` +
+      `their parent too; top 15 of ${count(modules.count)}.`);
+    s.id = "modules";
+    s.append(barChart(top.slice(0, 15).map((m) => ({ label: str(m.module), value: m.total_us }))));
+  }
+
   const trace = data.trace || {};
   const ops = list(data.ops);
   document.title = `opfuse analysis: ${str(trace.path) || "trace"}`;
   renderHeader(trace, data.device);
   renderRankView(data);
   if (data.tune) renderTune(data.tune);
-  renderOpChart(ops);
+  renderTimelines(data);
+  renderOpChart(ops, str(trace.backend));
   renderFindings(list(data.findings));
+  renderDevice(data.device, data.devices, data.kernels);
+  renderModules(data.modules);
   // The comparison is the result when there is one, so it comes before the long op table.
   if (data.diff) renderDiff(data.diff);
   renderOps(ops);

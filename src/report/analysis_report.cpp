@@ -246,6 +246,8 @@ nlohmann::json analysis_json(const Analysis& a) {
           {"device", device},
           {"devices", devices},
           {"findings", findings_json(a.findings, a.trace.backend)},
+          {"modules", modules_json(a)},
+          {"kernels", kernels_json(a)},
           {"diff", nullptr}};
 }
 

@@ -36,6 +36,8 @@ cat > "$tmp/analysis.json" <<'JSON'
   {"name": "aten::fill_", "count": 5, "total_us": 100.0, "self_us": 100.0, "mean_us": 20.0, "device_us": null},
   {"name": "aten::detach", "count": 8, "total_us": 50.0, "self_us": 50.0, "mean_us": 6.25, "device_us": null}],
  "device": {"kernel_us": 123.0, "idle_us": 45.0},
+ "timeline": {"step": "", "dur_us": 10, "lanes": [{"name": "thread 1", "rows": 1}, null], "names": ["aten::mul"],
+              "slices": [[0, 0, 1, 2, 0, -1, 7], "bad", [9, 0, 0, 1, 0, -1, -1], [0, 0, "x", 1], [0, 5, 1, 1, 0, -1, -1], [0, 0, 4, 1, 0, 99, 0]]},
  "findings": [
   {"rule": "silu", "kind": "rule", "pattern": "sigmoid-mul", "replacement": "opfuse::silu", "backend": "cpu",
    "occurrences": 49, "time_us": 3000.0, "est_saving_us": 1800.0,
@@ -90,6 +92,8 @@ expect '<svg'
 expect '<rect'
 expect 'id="diff"'
 expect 'Findings that vanished'
+# Malformed slices (unknown lane or row, non-numbers, a finding index out of range) are dropped, not drawn.
+expect 'class="timeline" data-trace="trace" data-slices="2"'
 expect 'other (5 ops)'
 expect '_blocks.7._swish ×3'
 expect '&lt;/script&gt;&lt;b&gt;bold'
