@@ -56,7 +56,7 @@ class Ranks:
         self.size = dist.get_world_size(group)
         self.host = socket.gethostname()
         self.calls = 0
-        self.members = [(self.host, os.getpid())]
+        self.members = [(self.host, os.getpid())]  # what diagnose knows should this first gather fail
         self.members = [tuple(m) for m in self.gather_objects((self.host, os.getpid()))]
 
     def gather_objects(self, obj):
