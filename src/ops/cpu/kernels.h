@@ -64,6 +64,14 @@ void swiglu_forward_kernel(const at::Tensor& gate, const at::Tensor& up, int64_t
 void swiglu_backward_kernel(const at::Tensor& dy, const at::Tensor& gate, const at::Tensor& up, int64_t in_stride,
                             at::Tensor& dgate, at::Tensor& dup);
 
+// Rotary embedding over rows of x's last dimension d = 2P (x and y contiguous, one dtype): pair i
+// of a row is (x[i], x[P + i]) (rotate-half) or (x[2i], x[2i + 1]) (interleaved), mapped by
+//   y_a = a·x_a + b·x_b,   y_b = c·x_a + d·x_b
+// with row r's coefficients table[row_table[r]] = [a | b | c | d], each [P], table [n, 4, P] in
+// the accumulation dtype (float, double for float64) and row_table [rows] int64.
+void rotary_embedding_kernel(const at::Tensor& x, const at::Tensor& table, const at::Tensor& row_table,
+                             bool interleaved, at::Tensor& y);
+
 // Attention over heads: q [B, H, T, D], k [B, H, S, D], v [B, H, S, Dv] of one dtype, any
 // strides; mask undefined or a [B, H, T, S] view (strides may be 0) of bool (true takes part)
 // or of the accumulation dtype (added to the scores). out [B, H, T, Dv] and lse [B, H, T] (the

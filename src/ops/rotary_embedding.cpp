@@ -1,0 +1,150 @@
+// opfuse::rotary_embedding: front end, autograd and the C++ API. The loops live in
+// cpu/rotary_embedding_loops.h; this file turns cos and sin into the per-pair 2×2 matrices they
+// apply and finds which table row each row of x takes.
+#include <ATen/ExpandUtils.h>
+#include <ATen/OpMathType.h>
+#include <c10/util/accumulate.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include "opfuse/ops.h"
+#include "ops/checks.h"
+#include "ops/cpu/kernels.h"
+#include "ops/dispatch.h"
+
+namespace opfuse {
+namespace {
+
+at::IntArrayRef leading(const at::Tensor& t) { return t.sizes().slice(0, t.dim() - 1); }
+
+// x [..., d], d even; cos and sin one shape [..., d/2] (an angle per pair) or [..., d] (one per
+// element, Hugging Face's cat(freqs, freqs)), of x's dtype or float32 for bfloat16 x, their
+// leading dimensions broadcast to x's as torch broadcasts.
+void check_arguments(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const char* op) {
+  check_input(x, op, "x");
+  check_input(cos, op, "cos");
+  check_input(sin, op, "sin");
+  check_same(cos, sin, op, "cos", "sin");
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) % 2 == 0, op, ": x's last dimension must be even (pairs), got ", x.sizes());
+  const bool float_tables = x.scalar_type() == at::kBFloat16 && cos.scalar_type() == at::kFloat;
+  TORCH_CHECK(cos.scalar_type() == x.scalar_type() || float_tables, op,
+              ": cos and sin must have x's dtype (or float32 for bfloat16 x), got ", cos.scalar_type(), " for ",
+              x.scalar_type(), " x");
+  const int64_t d = x.size(-1);
+  TORCH_CHECK(cos.dim() >= 1 && (cos.size(-1) == d / 2 || cos.size(-1) == d), op,
+              ": cos and sin's last dimension must be ", d / 2, " (an angle per pair) or ", d,
+              " (one per element), got ", cos.sizes());
+  TORCH_CHECK(cos.dim() <= x.dim() && at::is_expandable_to(leading(cos), leading(x)), op, ": cos and sin ",
+              cos.sizes(), " do not broadcast to x ", x.sizes(),
+              " over its leading dimensions (for x [B, T, H, D] pass [T, 1, D/2], for [B, H, T, D] pass [T, D/2])");
+}
+
+// [n, 4, P] in the accumulation dtype, a row per row of cos: the coefficients [a | b | c | d] of
+// y_a = a·x_a + b·x_b, y_b = c·x_a + d·x_b. Forward (cos₁, −sin₁, sin₂, cos₂), where ₁ and ₂ are
+// the tables' values at x_a's and x_b's places (the same for per-pair tables); transposed for the
+// backward, (cos₁, sin₂, −sin₁, cos₂), which for per-pair tables is the rotation by −θ.
+at::Tensor coefficient_table(const at::Tensor& cos, const at::Tensor& sin, int64_t d, bool interleaved,
+                             bool transposed) {
+  const int64_t P = d / 2, n = c10::multiply_integers(leading(cos));
+  const at::ScalarType acc = at::toOpMathType(cos.scalar_type());
+  auto at_a_and_b = [&](const at::Tensor& t) -> std::pair<at::Tensor, at::Tensor> {
+    const at::Tensor rows = t.to(acc).reshape({n, t.size(-1)});
+    if (t.size(-1) == P) return {rows, rows};
+    if (interleaved) return {rows.slice(1, 0, d, 2), rows.slice(1, 1, d, 2)};
+    return {rows.narrow(1, 0, P), rows.narrow(1, P, P)};
+  };
+  const auto [cos_a, cos_b] = at_a_and_b(cos);
+  const auto [sin_a, sin_b] = at_a_and_b(sin);
+  return transposed ? at::stack({cos_a, sin_b, -sin_a, cos_b}, 1) : at::stack({cos_a, -sin_a, sin_b, cos_b}, 1);
+}
+
+// For each row of x (its leading dimensions flattened), the row of cos that broadcasting gives it.
+at::Tensor row_table(const at::Tensor& cos, const at::Tensor& x) {
+  const int64_t n = c10::multiply_integers(leading(cos));
+  return at::arange(n, x.options().dtype(at::kLong)).view(leading(cos)).expand(leading(x)).contiguous();
+}
+
+at::Tensor rotate(const at::Tensor& x_in, const at::Tensor& cos, const at::Tensor& sin, bool interleaved,
+                  bool transposed) {
+  const at::Tensor x = x_in.contiguous();
+  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+  if (x.numel() == 0) return y;
+  const at::Tensor table = coefficient_table(cos, sin, x.size(-1), interleaved, transposed);
+  cpu::rotary_embedding_kernel(x, table, row_table(cos, x), interleaved, y);
+  return y;
+}
+
+at::Tensor rotary_embedding_cpu(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved) {
+  check_arguments(x, cos, sin, "opfuse::rotary_embedding");
+  return rotate(x, cos, sin, interleaved, false);
+}
+
+// dx = Jᵀ·dy: the forward's matrices transposed. x is not needed.
+at::Tensor rotary_embedding_backward_cpu(const at::Tensor& grad, const at::Tensor& cos, const at::Tensor& sin,
+                                         bool interleaved) {
+  check_arguments(grad, cos, sin, "opfuse::rotary_embedding_backward");
+  return rotate(grad, cos, sin, interleaved, true);
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+auto rotary_op() {
+  static auto op = find_op<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool)>(
+      "opfuse::rotary_embedding");
+  return op;
+}
+
+auto backward_op() {
+  static auto op = find_op<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool)>(
+      "opfuse::rotary_embedding_backward");
+  return op;
+}
+
+// Saves the tables only: the backward is linear in dy and does not read x.
+class RotaryEmbeddingFunction : public torch::autograd::Function<RotaryEmbeddingFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                            bool interleaved) {
+    ctx->save_for_backward({cos, sin});
+    ctx->saved_data["interleaved"] = interleaved;
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return rotary_op().call(x, cos, sin, interleaved);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const auto saved = ctx->get_saved_variables();
+    const bool interleaved = ctx->saved_data["interleaved"].toBool();
+    return {backward_op().call(grads[0], saved[0], saved[1], interleaved), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// cos and sin are position tables, constants: a table that asks for a gradient is refused rather
+// than silently left without one.
+at::Tensor rotary_embedding_autograd(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                     bool interleaved) {
+  for (const at::Tensor* t : {&cos, &sin})
+    TORCH_CHECK(!(t->defined() && t->requires_grad()), "opfuse::rotary_embedding: cos and sin are constant tables "
+                "and get no gradient; pass them without requires_grad (detach them)");
+  return RotaryEmbeddingFunction::apply(x, cos, sin, interleaved);
+}
+
+}  // namespace
+
+at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved) {
+  return rotary_op().call(x, cos, sin, interleaved);
+}
+
+}  // namespace opfuse
+
+TORCH_LIBRARY_IMPL(opfuse, CPU, m) {
+  m.impl("rotary_embedding", &opfuse::rotary_embedding_cpu);
+  m.impl("rotary_embedding_backward", &opfuse::rotary_embedding_backward_cpu);
+}
+
+// The backward has no derivative of its own: double backward raises.
+TORCH_LIBRARY_IMPL(opfuse, Autograd, m) {
+  m.impl("rotary_embedding", &opfuse::rotary_embedding_autograd);
+  m.impl("rotary_embedding_backward", torch::autograd::autogradNotImplementedFallback());
+}
