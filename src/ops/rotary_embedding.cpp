@@ -1,12 +1,15 @@
 // opfuse::rotary_embedding: front end, autograd and the C++ API. The loops live in
 // cpu/rotary_embedding_loops.h; this file turns cos and sin into the per-pair 2×2 matrices they
 // apply and finds which table row each row of x takes.
+#include <ATen/Dispatch.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/OpMathType.h>
 #include <c10/util/accumulate.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
+
+#include <vector>
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
@@ -40,29 +43,51 @@ void check_arguments(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
               " over its leading dimensions (for x [B, T, H, D] pass [T, 1, D/2], for [B, H, T, D] pass [T, D/2])");
 }
 
-// [n, 4, P] in the accumulation dtype, a row per row of cos: the coefficients [a | b | c | d] of
-// y_a = a·x_a + b·x_b, y_b = c·x_a + d·x_b. Forward (cos₁, −sin₁, sin₂, cos₂), where ₁ and ₂ are
-// the tables' values at x_a's and x_b's places (the same for per-pair tables); transposed for the
-// backward, (cos₁, sin₂, −sin₁, cos₂), which for per-pair tables is the rotation by −θ.
-at::Tensor coefficient_table(const at::Tensor& cos, const at::Tensor& sin, int64_t d, bool interleaved,
-                             bool transposed) {
-  const int64_t P = d / 2, n = c10::multiply_integers(leading(cos));
-  const at::ScalarType acc = at::toOpMathType(cos.scalar_type());
-  auto at_a_and_b = [&](const at::Tensor& t) -> std::pair<at::Tensor, at::Tensor> {
-    const at::Tensor rows = t.to(acc).reshape({n, t.size(-1)});
-    if (t.size(-1) == P) return {rows, rows};
-    if (interleaved) return {rows.slice(1, 0, d, 2), rows.slice(1, 1, d, 2)};
-    return {rows.narrow(1, 0, P), rows.narrow(1, P, P)};
-  };
-  const auto [cos_a, cos_b] = at_a_and_b(cos);
-  const auto [sin_a, sin_b] = at_a_and_b(sin);
-  return transposed ? at::stack({cos_a, sin_b, -sin_a, cos_b}, 1) : at::stack({cos_a, -sin_a, sin_b, cos_b}, 1);
+// The coefficients [a | b | c | d] of y_a = a·x_a + b·x_b, y_b = c·x_a + d·x_b for one table row
+// of `width` values: forward (cos₁, −sin₁, sin₂, cos₂), ₁ and ₂ the tables' values at x_a's and
+// x_b's places (the same for per-pair tables); transposed for the backward, (cos₁, sin₂, −sin₁,
+// cos₂), which for per-pair tables is the rotation by −θ.
+template <typename A>
+void fill_coefficients(const A* cos, const A* sin, int64_t width, int64_t P, bool interleaved, bool transposed,
+                       A* k) {
+  for (int64_t i = 0; i < P; ++i) {
+    const int64_t at_a = width == P ? i : interleaved ? 2 * i : i;
+    const int64_t at_b = width == P ? i : interleaved ? 2 * i + 1 : P + i;
+    k[i] = cos[at_a];
+    k[P + i] = transposed ? sin[at_b] : -sin[at_a];
+    k[2 * P + i] = transposed ? -sin[at_a] : sin[at_b];
+    k[3 * P + i] = cos[at_b];
+  }
 }
 
-// For each row of x (its leading dimensions flattened), the row of cos that broadcasting gives it.
-at::Tensor row_table(const at::Tensor& cos, const at::Tensor& x) {
-  const int64_t n = c10::multiply_integers(leading(cos));
-  return at::arange(n, x.options().dtype(at::kLong)).view(leading(cos)).expand(leading(x)).contiguous();
+// [n, 4, P] in the accumulation dtype, a row of coefficients per row of cos. A plain loop: the
+// tables are small and a handful of ATen calls would cost more than the rotation of a few MB.
+at::Tensor coefficient_table(const at::Tensor& cos_in, const at::Tensor& sin_in, int64_t d, bool interleaved,
+                             bool transposed) {
+  const int64_t P = d / 2, width = cos_in.size(-1), n = c10::multiply_integers(leading(cos_in));
+  const at::ScalarType acc = at::toOpMathType(cos_in.scalar_type());
+  const at::Tensor cos = cos_in.to(acc).contiguous(), sin = sin_in.to(acc).contiguous();
+  at::Tensor table = at::empty({n, 4, P}, cos.options());
+  AT_DISPATCH_FLOATING_TYPES(acc, "opfuse::rotary_embedding", [&] {
+    const scalar_t *c = cos.data_ptr<scalar_t>(), *s = sin.data_ptr<scalar_t>();
+    scalar_t* k = table.data_ptr<scalar_t>();
+    for (int64_t r = 0; r < n; ++r)
+      fill_coefficients(c + r * width, s + r * width, width, P, interleaved, transposed, k + r * 4 * P);
+  });
+  return table;
+}
+
+// For each of x's leading dimensions, how many table rows one step along it moves: the table's
+// leading dimensions right-aligned to x's, 0 where the table broadcasts (size 1 or absent).
+std::vector<int64_t> table_row_strides(const at::Tensor& cos, const at::Tensor& x) {
+  const at::IntArrayRef table = leading(cos), rows = leading(x);
+  std::vector<int64_t> strides(rows.size(), 0);
+  int64_t stride = 1;
+  for (int64_t k = int64_t(table.size()) - 1, j = int64_t(rows.size()) - 1; k >= 0; --k, --j) {
+    if (table[k] != 1) strides[j] = stride;
+    stride *= table[k];
+  }
+  return strides;
 }
 
 at::Tensor rotate(const at::Tensor& x_in, const at::Tensor& cos, const at::Tensor& sin, bool interleaved,
@@ -71,7 +96,7 @@ at::Tensor rotate(const at::Tensor& x_in, const at::Tensor& cos, const at::Tenso
   at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
   if (x.numel() == 0) return y;
   const at::Tensor table = coefficient_table(cos, sin, x.size(-1), interleaved, transposed);
-  cpu::rotary_embedding_kernel(x, table, row_table(cos, x), interleaved, y);
+  cpu::rotary_embedding_kernel(x, table, table_row_strides(cos, x), interleaved, y);
   return y;
 }
 

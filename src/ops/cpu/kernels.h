@@ -67,9 +67,10 @@ void swiglu_backward_kernel(const at::Tensor& dy, const at::Tensor& gate, const 
 // Rotary embedding over rows of x's last dimension d = 2P (x and y contiguous, one dtype): pair i
 // of a row is (x[i], x[P + i]) (rotate-half) or (x[2i], x[2i + 1]) (interleaved), mapped by
 //   y_a = a·x_a + b·x_b,   y_b = c·x_a + d·x_b
-// with row r's coefficients table[row_table[r]] = [a | b | c | d], each [P], table [n, 4, P] in
-// the accumulation dtype (float, double for float64) and row_table [rows] int64.
-void rotary_embedding_kernel(const at::Tensor& x, const at::Tensor& table, const at::Tensor& row_table,
+// with the coefficients [a | b | c | d] (each [P]) of the row's table row; table [n, 4, P] in the
+// accumulation dtype (float, double for float64). table_row_strides, one per leading dimension of
+// x, is how many table rows a step along it moves (0 where the table broadcasts).
+void rotary_embedding_kernel(const at::Tensor& x, const at::Tensor& table, at::IntArrayRef table_row_strides,
                              bool interleaved, at::Tensor& y);
 
 // Attention over heads: q [B, H, T, D], k [B, H, S, D], v [B, H, S, Dv] of one dtype, any
