@@ -137,6 +137,21 @@ def real_pairs_chain(x, cos, sin, shape, start):
     return torch.stack([xr * cos - xi * sin, xr * sin + xi * cos], dim=-1).flatten(start).type_as(x)
 
 
+def complex_pairs_chain(x, freqs_cis, shape, start):
+    """Meta's apply_rotary_emb, given what the fx pattern bound: x.float() viewed as `shape` (pairs
+    last) and as complex numbers, times freqs_cis, back to real, flattened from dim `start`,
+    .type_as(x). The fused op, with cos and sin the real and imaginary parts of complex64 freqs_cis,
+    where that is the rotation of x's last dimension; the chain itself otherwise (float64 x keeps
+    its float32 arithmetic)."""
+    shape = tuple(shape)
+    pairs = shape[:-2] == tuple(x.shape[:-1]) and shape[-2:] in ((-1, 2), (x.shape[-1] // 2, 2))
+    if pairs and start == x.dim() - 1 and x.dtype != torch.float64 and freqs_cis.dtype == torch.complex64:
+        cos, sin = freqs_cis.real, freqs_cis.imag
+        if _rotary_applies(x, cos, sin):
+            return torch.ops.opfuse.rotary_embedding(x, cos, sin, True)
+    return torch.view_as_real(torch.view_as_complex(x.float().reshape(shape)) * freqs_cis).flatten(start).type_as(x)
+
+
 def attention(q, k, v, causal=False, scale=None, attn_mask=None, dropout_p=0.0):
     """softmax(scale · q kᵀ + mask) · v over q [B, H, T, D], k, v [B, H, S, *], as
     F.scaled_dot_product_attention: attn_mask bool (true takes part) or additive. On the CPU,

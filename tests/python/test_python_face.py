@@ -286,6 +286,39 @@ def test_rotate_half_spellings_are_replaced_and_verified():
     assert torch.equal(opfuse.functional.rotate_half_chain(y, c, s, 2), written)
 
 
+class _MetaRotary(nn.Module):
+    """Meta's llama apply_rotary_emb: complex multiply on interleaved pairs."""
+
+    def __init__(self, dim, heads, seq_len):
+        super().__init__()
+        self.heads = heads
+        self.wq, self.wk = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        freqs = 1.0 / (10000.0 ** (torch.arange(0, dim // heads, 2).float() / (dim // heads)))
+        angles = torch.outer(torch.arange(seq_len).float(), freqs)
+        self.register_buffer("freqs_cis", torch.polar(torch.ones_like(angles), angles))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        xq, xk = self.wq(x).view(B, T, self.heads, -1), self.wk(x).view(B, T, self.heads, -1)
+        xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+        xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+        freqs_cis = self.freqs_cis[:T].view(1, T, 1, -1)
+        xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3).type_as(xq)
+        xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3).type_as(xk)
+        return xq_out.transpose(1, 2) @ xk_out.transpose(1, 2).transpose(-1, -2)
+
+
+def test_meta_complex_rotary_is_replaced_and_verified():
+    model, x = _MetaRotary(32, 4, 8), torch.randn(2, 8, 32)
+    expected = model(x)
+    done = dict(opfuse.patch(model, (x,), lambda s: s.pow(2).mean()))
+    assert done.get("rotary_embedding") == 2, done
+    with torch.autograd.profiler.profile() as prof:
+        got = model(x)
+    assert sum(e.name == "opfuse::rotary_embedding" for e in prof.function_events) == 2
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_with_nothing_verified_the_baseline_is_still_measured(tmp_path):
     model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
     result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "none"), no_default_rules=True,
