@@ -49,6 +49,20 @@ at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
 // The packed form: x [..., 2d] holds gate then up in its last dimension (x.chunk(2, -1)).
 at::Tensor swiglu(const at::Tensor& x);
 
+// Rotary position embedding: each pair of x's last dimension D rotated by its angle θ,
+//   (x_a, x_b) → (x_a·cos θ − x_b·sin θ, x_b·cos θ + x_a·sin θ)
+// the pairs being (x[i], x[i + D/2]) (rotate-half, x·cos + cat(−x₂, x₁)·sin: Hugging Face, litgpt,
+// GPT-NeoX) or, interleaved, (x[2i], x[2i + 1]) (Meta's complex form, llama2.c's real arithmetic).
+// cos and sin (one shape) are [..., D/2], an angle per pair, or [..., D], a value per element as in
+// Hugging Face's cat(freqs, freqs) tables (then y = x·cos + rot(x)·sin element by element, as the
+// composite computes it, duplicated or not); their leading dimensions broadcast to x's as torch
+// broadcasts: for x [B, T, H, D] pass [T, 1, D/2], for x [B, H, T, D] pass [T, D/2]. They have x's
+// dtype (or float32 for bfloat16 x) and are constants: tables that require grad are refused.
+// float32 and bfloat16 computed in float, each output one fma over one rounded product (bfloat16
+// rounded once); one pass forward, one backward (the rotation by −θ; nothing of x saved). Strided
+// x is made contiguous first.
+at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved = false);
+
 // Attention, softmax(scale · q kᵀ + mask) · v, as F.scaled_dot_product_attention: q [B, H, T, D]
 // (or [B·H, T, D]), k [.., S, D], v [.., S, Dv], any strides; scale defaults to 1/sqrt(D);
 // causal keeps key j for query row i only when j ≤ i; attn_mask (optional) is bool (true takes

@@ -70,6 +70,88 @@ def rms_norm_composite(x, weight, eps):
     return y * weight if weight is not None else y
 
 
+def rotary_embedding(x, cos, sin, interleaved=False):
+    """Each pair of x's last dimension rotated by its angle: (x[i], x[i + D/2]) (rotate-half,
+    x·cos + cat(−x₂, x₁)·sin) or, interleaved, (x[2i], x[2i + 1]). cos and sin are [..., D/2] (an
+    angle per pair) or [..., D] (a value per element, Hugging Face's tables), broadcast to x's
+    leading dimensions as torch broadcasts ([T, 1, D/2] for x [B, T, H, D]). The CPU op takes
+    constant tables of x's dtype (float32 for bfloat16 x); anything else runs the composite."""
+    if _rotary_applies(x, cos, sin):
+        return torch.ops.opfuse.rotary_embedding(x, cos, sin, interleaved)
+    return rotary_embedding_composite(x, cos, sin, interleaved)
+
+
+def _rotary_applies(x, cos, sin):
+    d = x.shape[-1] if x.dim() else 1
+    if not (x.device.type == cos.device.type == sin.device.type == "cpu" and d % 2 == 0):
+        return False
+    if cos.shape != sin.shape or cos.dtype != sin.dtype or cos.requires_grad or sin.requires_grad:
+        return False
+    if cos.dtype != x.dtype and not (x.dtype == torch.bfloat16 and cos.dtype == torch.float32):
+        return False
+    if x.dtype not in (torch.float32, torch.float64, torch.bfloat16):
+        return False
+    if not 1 <= cos.dim() <= x.dim() or cos.shape[-1] not in (d // 2, d):
+        return False
+    try:
+        return torch.broadcast_shapes(cos.shape[:-1], x.shape[:-1]) == x.shape[:-1]
+    except RuntimeError:
+        return False
+
+
+def rotary_embedding_composite(x, cos, sin, interleaved=False):
+    """x·cos + rot(x)·sin, the tables widened to a value per element as the spellings hold them."""
+    d = x.shape[-1]
+    if cos.shape[-1] != d:
+        widen = (lambda t: t.repeat_interleave(2, -1)) if interleaved else (lambda t: torch.cat((t, t), -1))
+        cos, sin = widen(cos), widen(sin)
+    if interleaved:
+        rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), -1).flatten(-2)
+    else:
+        rotated = torch.cat((-x[..., d // 2:], x[..., :d // 2]), -1)
+    return x * cos + rotated * sin
+
+
+def rotate_half_chain(x, cos, sin, half=None):
+    """x·cos + cat(−x₂, x₁)·sin as a model wrote it, given what the fx pattern bound: x₁, x₂ cut at
+    `half` (x[..., :half], x[..., half:]) or, with no half, x.chunk(2, dim=-1). The fused op where
+    that is the rotate-half pairing and the op takes the tables, the chain itself otherwise."""
+    d = x.shape[-1]
+    if d % 2 == 0 and half in (None, d // 2) and _rotary_applies(x, cos, sin):
+        return torch.ops.opfuse.rotary_embedding(x, cos, sin, False)
+    x1, x2 = x.chunk(2, dim=-1) if half is None else (x[..., :half], x[..., half:])
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def real_pairs_chain(x, cos, sin, shape, start):
+    """llama2.c's interleaved rotation in real arithmetic, given what the fx pattern bound: x.float()
+    viewed as `shape` and unbound into pairs, rotated by cos and sin, stacked, flattened from dim
+    `start`, .type_as(x). The fused op where that is the rotation of x's last dimension (bfloat16 x:
+    float arithmetic rounded once, as the chain's); float64 x runs the chain itself, since its
+    float32 arithmetic is the numerics to keep (as attention_chain's in_float)."""
+    shape = tuple(shape)
+    pairs = shape[:-2] == tuple(x.shape[:-1]) and shape[-2:] in ((-1, 2), (x.shape[-1] // 2, 2))
+    if pairs and start == x.dim() - 1 and x.dtype != torch.float64 and _rotary_applies(x, cos, sin):
+        return torch.ops.opfuse.rotary_embedding(x, cos, sin, True)
+    xr, xi = x.float().reshape(shape).unbind(-1)
+    return torch.stack([xr * cos - xi * sin, xr * sin + xi * cos], dim=-1).flatten(start).type_as(x)
+
+
+def complex_pairs_chain(x, freqs_cis, shape, start):
+    """Meta's apply_rotary_emb, given what the fx pattern bound: x.float() viewed as `shape` (pairs
+    last) and as complex numbers, times freqs_cis, back to real, flattened from dim `start`,
+    .type_as(x). The fused op, with cos and sin the real and imaginary parts of complex64 freqs_cis,
+    where that is the rotation of x's last dimension; the chain itself otherwise (float64 x keeps
+    its float32 arithmetic)."""
+    shape = tuple(shape)
+    pairs = shape[:-2] == tuple(x.shape[:-1]) and shape[-2:] in ((-1, 2), (x.shape[-1] // 2, 2))
+    if pairs and start == x.dim() - 1 and x.dtype != torch.float64 and freqs_cis.dtype == torch.complex64:
+        cos, sin = freqs_cis.real, freqs_cis.imag
+        if _rotary_applies(x, cos, sin):
+            return torch.ops.opfuse.rotary_embedding(x, cos, sin, True)
+    return torch.view_as_real(torch.view_as_complex(x.float().reshape(shape)) * freqs_cis).flatten(start).type_as(x)
+
+
 def attention(q, k, v, causal=False, scale=None, attn_mask=None, dropout_p=0.0):
     """softmax(scale · q kᵀ + mask) · v over q [B, H, T, D], k, v [B, H, S, *], as
     F.scaled_dot_product_attention: attn_mask bool (true takes part) or additive. On the CPU,

@@ -367,10 +367,14 @@ class FxPattern:
     def __init__(self, pattern, replacement):
         self.source, self.replacement = pattern, replacement
         namespace = self._namespace()
+        tree = ast.parse(pattern, mode="eval")
+        # `u := expr` names a value the pattern uses more than once (the pairs of x.unbind(-1)):
+        # one node of the pattern's graph, so it must match one node of the forward's.
+        named = {node.target.id for node in ast.walk(tree) if isinstance(node, ast.NamedExpr)}
         names = []
-        for node in ast.walk(ast.parse(pattern, mode="eval")):
+        for node in ast.walk(tree):
             if (isinstance(node, ast.Name) and node.id not in namespace and node.id not in names
-                    and not hasattr(builtins, node.id)):
+                    and node.id not in named and not hasattr(builtins, node.id)):
                 names.append(node.id)
         self.placeholders = names
         fn = eval(f"lambda {', '.join(names)}: {pattern}", dict(namespace, **{k: _kind_call(k) for k in MODULE_KINDS}))
@@ -382,10 +386,10 @@ class FxPattern:
         return {"torch": torch, "F": F, "opfuse": functional, **{k: None for k in MODULE_KINDS}}
 
     # Matching: the pattern's output node anchored on a graph node, arguments matched backwards.
-    # A placeholder binds a value node, or a number the forward computed while it was traced
-    # (llama2.c's `/ math.sqrt(self.head_dim)`).
+    # A placeholder binds a value node, or a number or shape the forward computed while it was
+    # traced (llama2.c's `/ math.sqrt(self.head_dim)`, its `reshape(xq.shape[:-1] + (-1, 2))`).
     def _match(self, p, t, env, ctx):
-        if p.op == "placeholder" and isinstance(t, (int, float)) and not isinstance(t, bool):
+        if p.op == "placeholder" and _is_number_or_shape(t):
             if p not in env:
                 yield {**env, p: t}
             elif _same(env[p], t):
@@ -400,7 +404,11 @@ class FxPattern:
             elif t not in env.values():
                 yield {**env, p: t}
             return
-        if p in env or t in env.values() or len(p.args) != len(t.args):
+        if p in env:  # a named value met again: the node it matched the first time
+            if env[p] is t:
+                yield env
+            return
+        if t in env.values() or len(p.args) != len(t.args):
             return
         if p.op == "call_module":
             if t.op != "call_module" or not ctx.is_kind(p.target, t.target):
@@ -421,6 +429,11 @@ class FxPattern:
         if isinstance(pa, fx.Node):
             for e in self._match(pa, ta, env, ctx):
                 yield from self._match_args(rest, e, ctx)
+        elif type(pa) is type(ta) and isinstance(pa, (list, tuple)) and len(pa) == len(ta):
+            # torch.cat((-x2, x1)), torch.stack([a, b]), x[..., :h]: the items matched in place
+            yield from self._match_args(list(zip(pa, ta)) + rest, env, ctx)
+        elif isinstance(pa, slice) and isinstance(ta, slice):
+            yield from self._match_args([(pa.start, ta.start), (pa.stop, ta.stop), (pa.step, ta.step)] + rest, env, ctx)
         elif _same(pa, ta):
             yield from self._match_args(rest, env, ctx)
 
@@ -458,6 +471,12 @@ class FxPattern:
         if count:
             graph.lint()
         return count
+
+
+def _is_number_or_shape(value):
+    if isinstance(value, (list, tuple)):
+        return all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _constant_kwargs(node):

@@ -139,6 +139,34 @@ Case swiglu_case(int64_t numel) {
   return c;
 }
 
+// Llama-like rotary embedding on queries as the projection's view gives them, [B, T, H, D] = [4,
+// 256, 8, 64] by default (--numel picks T). The composite is Hugging Face's rotate-half with its
+// per-element cat(freqs, freqs) tables; the best ATen alternative found is Meta's complex form (one
+// complex multiply each way, on interleaved pairs: the same bytes, another pairing).
+Case rotary_embedding_case(int64_t numel) {
+  constexpr int64_t B = 4, H = 8, D = 64, P = D / 2;
+  const int64_t T = numel == 0 ? 256 : std::max<int64_t>(1, numel / (B * H * D));
+  Case c;
+  at::Tensor x = torch::randn({B, T, H, D}).requires_grad_();
+  const at::Tensor theta = torch::outer(torch::arange(T).to(torch::kFloat),
+                                        torch::pow(10000.0, -torch::arange(0, D, 2).to(torch::kFloat) / D))
+                               .view({T, 1, P});
+  const at::Tensor cos = torch::cos(theta), sin = torch::sin(theta);
+  const at::Tensor cos_hf = torch::cat({cos, cos}, -1), sin_hf = torch::cat({sin, sin}, -1);
+  const at::Tensor freqs_cis = torch::polar(torch::ones_like(theta), theta);
+  c.leaves = {x};
+  c.grad_output = torch::randn({B, T, H, D});
+  c.variants = {
+      {"reference", "q * cos + cat((-q2, q1), -1) * sin (Hugging Face's rotate_half)",
+       [=] { return x * cos_hf + torch::cat({-x.narrow(-1, P, P), x.narrow(-1, 0, P)}, -1) * sin_hf; }},
+      {"aten", "view_as_real(view_as_complex(q) * freqs_cis) (Meta's complex form, interleaved)",
+       [=] { return torch::view_as_real(torch::view_as_complex(x.view({B, T, H, P, 2})) * freqs_cis).flatten(3); }},
+      {"opfuse", "opfuse::rotary_embedding (rotate-half)", [=] { return opfuse::rotary_embedding(x, cos, sin); }}};
+  // forward reads x and writes y; backward reads dy and writes dx (the tables are small)
+  c.bytes_per_step = 4.0 * x.numel() * sizeof(float);
+  return c;
+}
+
 // minGPT's causal self-attention on [B, H, T, D] heads: the mask a registered tril buffer sliced
 // to T, attention dropout on the probabilities.
 Case attention_case(const OpBenchOptions& o) {
@@ -176,6 +204,7 @@ Case make_case(const OpBenchOptions& options) {
   if (op == "batch_norm_silu") return batch_norm_silu_case(numel_option);
   if (op == "rms_norm") return rms_norm_case(numel_option);
   if (op == "swiglu") return swiglu_case(numel_option);
+  if (op == "rotary_embedding") return rotary_embedding_case(numel_option);
   if (op == "drop_connect_add") return drop_connect_add_case(numel_option);
   const int64_t numel = numel_option == 0 ? kDefaultNumel : numel_option;
   Case c;
@@ -261,8 +290,8 @@ std::string shape_string(at::IntArrayRef sizes) {
 }  // namespace
 
 const std::vector<std::string>& benchmarked_ops() {
-  static const std::vector<std::string> ops{"silu",     "swish",  "se_gate",  "batch_norm_silu", "drop_connect_add",
-                                            "rms_norm", "swiglu", "attention"};
+  static const std::vector<std::string> ops{"silu",     "swish",  "se_gate",   "batch_norm_silu", "drop_connect_add",
+                                            "rms_norm", "swiglu", "attention", "rotary_embedding"};
   return ops;
 }
 

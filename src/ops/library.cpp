@@ -35,6 +35,11 @@ TORCH_LIBRARY(opfuse, m) {
   m.def("swiglu_backward(Tensor grad, Tensor gate, Tensor up) -> (Tensor, Tensor)");
   m.def("swiglu_packed(Tensor x) -> Tensor");
   m.def("swiglu_packed_backward(Tensor grad, Tensor x) -> Tensor");
+  // Each pair of x's last dimension, (x[i], x[i + D/2]) or interleaved (x[2i], x[2i + 1]), rotated
+  // by its angle: y_a = x_a·cos − x_b·sin, y_b = x_b·cos + x_a·sin; cos and sin [..., D/2] or
+  // [..., D], broadcast to x's leading dimensions. _backward rotates grad back (the transpose).
+  m.def("rotary_embedding(Tensor x, Tensor cos, Tensor sin, bool interleaved=False) -> Tensor");
+  m.def("rotary_embedding_backward(Tensor grad, Tensor cos, Tensor sin, bool interleaved) -> Tensor");
   // softmax(scale · q kᵀ + mask) · v over q [B, H, T, D], k, v [B, H, S, *], tiled (no [T, S]
   // matrix stored); scale defaults to 1/sqrt(D); attn_mask is bool (true takes part) or
   // additive, broadcast to [B, H, T, S]. _forward also returns the rows' log-sum-exp and the

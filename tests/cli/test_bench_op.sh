@@ -9,7 +9,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$opfuse" --help | grep -q bench-op
 "$opfuse" bench-op --help | grep -q -- --numel
 
-for op in silu swish se_gate batch_norm_silu drop_connect_add rms_norm swiglu attention; do
+for op in silu swish se_gate batch_norm_silu drop_connect_add rms_norm swiglu attention rotary_embedding; do
   size="--numel 100000"
   [ "$op" = attention ] && size="--seq-len 70 --head-dim 32 --dropout 0.1"
   "$opfuse" bench-op "$op" $size --rounds 3 --warmup 1 --threads 1 --json "$tmp/$op.json" > "$tmp/$op.txt"
@@ -25,6 +25,8 @@ assert set(r["ms"]) == {"reference", "aten", "opfuse"} and all(v > 0 for v in r[
 for v in r["variants"]:
     assert len(v["ms_rounds"]) == 3 and v["spread"] >= 1 and v["ms_ci"][0] <= v["ms"] <= v["ms_ci"][1], v
     assert v["peak_bytes"] > 0, v
+if r["op"] == "rotary_embedding":
+    assert r["shape"] == "[4, 48, 8, 64]", r["shape"]
 if r["op"] == "attention":
     assert r["shape"] == "[4, 6, 70, 32]", r["shape"]
     peak = {v["name"]: v["peak_bytes"] for v in r["variants"]}

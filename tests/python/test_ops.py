@@ -105,3 +105,41 @@ def test_attention_from_python_gradchecks_and_takes_a_generator():
     b = torch.ops.opfuse.attention(x, x, x, True, None, None, 0.5, torch.Generator().manual_seed(7))
     c = torch.ops.opfuse.attention(x, x, x, True, None, None, 0.5, torch.Generator().manual_seed(8))
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def _rotate_half(x, cos, sin):
+    """Hugging Face's apply_rotary_pos_emb for one tensor: per-element cat(freqs, freqs) tables."""
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+
+
+def _llama2c(x, cos, sin, arithmetic=torch.float):
+    """llama2.c's apply_rotary_emb for one tensor: interleaved pairs in real arithmetic (float)."""
+    xr, xi = x.to(arithmetic).reshape(x.shape[:-1] + (-1, 2)).unbind(-1)
+    return torch.stack([xr * cos - xi * sin, xr * sin + xi * cos], dim=-1).flatten(3).type_as(x)
+
+
+def test_rotary_embedding_is_both_spellings_and_gradchecks():
+    """float32 against the float64 composites at the C++ tests' bound, 2^-23·(|x_a·cos| + |x_b·sin|)."""
+    B, T, H, D = 2, 9, 3, 16
+    theta = torch.rand(T, 1, D // 2, dtype=torch.double) * 100
+    cos, sin = theta.cos().float(), theta.sin().float()
+    x = torch.randn(B, T, H, D, requires_grad=True)
+    terms_bound = 1.25e-7 * x.detach().double().abs().reshape(B, T, H, D // 2, 2).sum(-1, keepdim=True)
+
+    y = torch.ops.opfuse.rotary_embedding(x, cos, sin, True)
+    ref = _llama2c(x.detach().double(), cos.double(), sin.double(), torch.double)
+    assert torch.all((y.double() - ref).abs() <= terms_bound.expand(B, T, H, D // 2, 2).reshape(B, T, H, D))
+
+    y = torch.ops.opfuse.rotary_embedding(x, torch.cat((cos, cos), -1), torch.cat((sin, sin), -1))
+    ref = _rotate_half(x.detach().double(), torch.cat((cos, cos), -1).double(), torch.cat((sin, sin), -1).double())
+    half = x.detach().double().abs()
+    bound = 1.25e-7 * (half + torch.cat((half[..., D // 2:], half[..., :D // 2]), -1))
+    assert torch.all((y.double() - ref).abs() <= bound)
+
+    xd = torch.randn(2, 4, 3, 6, dtype=torch.double, requires_grad=True)
+    c, s = torch.randn(4, 1, 3, dtype=torch.double), torch.randn(4, 1, 3, dtype=torch.double)
+    for interleaved in (False, True):
+        assert torch.autograd.gradcheck(lambda v: torch.ops.opfuse.rotary_embedding(v, c, s, interleaved), (xd,))
+    with pytest.raises(RuntimeError, match="cos and sin are constant tables"):
+        torch.ops.opfuse.rotary_embedding(xd, c.requires_grad_(), s)

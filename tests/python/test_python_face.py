@@ -236,6 +236,89 @@ def test_llama_attention_is_replaced_with_its_float_softmax_kept_for_float64(tmp
     assert torch.allclose(out, ref, atol=1e-6)
 
 
+def test_llama_rotary_embedding_is_replaced_and_computes_the_same(tmp_path):
+    """llama2.c's real-arithmetic RoPE on interleaved pairs, per layer for q and k."""
+    model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
+    reference = opfuse.rewrite.copy_model(model)
+    done = dict(opfuse.patch(model, inputs, loss))
+    assert done.get("rotary_embedding") == 4, done  # 2 layers × (q, k)
+    with torch.autograd.profiler.profile() as prof:
+        b = model(*inputs)
+    ran = [e.name for e in prof.function_events if e.name == "opfuse::rotary_embedding"]
+    assert len(ran) == 4, ran  # float32: the fused op, not the chain
+    assert torch.allclose(reference(*inputs), b, rtol=1e-5, atol=1e-6)
+
+
+class _RotateHalf(nn.Module):
+    """Hugging Face's apply_rotary_pos_emb (rotate_half with x[..., :h]) and litgpt's chunk spelling."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.wq, self.wk = nn.Linear(dim, dim), nn.Linear(dim, dim)
+
+    def forward(self, x, cos, sin):
+        q, k = self.wq(x), self.wk(x)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        h = q.shape[-1] // 2
+        q_embed = (q * cos) + (torch.cat((-q[..., h:], q[..., :h]), dim=-1) * sin)
+        k1, k2 = k.chunk(2, dim=-1)
+        k_embed = k * cos + torch.cat((-k2, k1), dim=-1) * sin
+        return q_embed @ k_embed.transpose(-1, -2)
+
+
+def test_rotate_half_spellings_are_replaced_and_verified():
+    B, H, T, D = 2, 3, 8, 16
+    theta = torch.rand(B, T, D // 2) * 50
+    cos, sin = torch.cat((theta.cos(), theta.cos()), -1), torch.cat((theta.sin(), theta.sin()), -1)
+    x = torch.randn(B, H, T, D)
+    model = _RotateHalf(D)
+    expected = model(x, cos, sin)
+    done = dict(opfuse.patch(model, (x, cos, sin), lambda s: s.pow(2).mean()))
+    assert done.get("rotary_embedding") == 2, done
+    with torch.autograd.profiler.profile() as prof:
+        got = model(x, cos, sin)
+    assert sum(e.name == "opfuse::rotary_embedding" for e in prof.function_events) == 2
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
+    # A cut that is not D/2 is not the rotate-half pairing: the chain runs as written.
+    y = torch.randn(2, 6)
+    c, s = torch.randn(2, 6), torch.randn(2, 6)
+    written = y * c + torch.cat((-y[..., 2:], y[..., :2]), dim=-1) * s
+    assert torch.equal(opfuse.functional.rotate_half_chain(y, c, s, 2), written)
+
+
+class _MetaRotary(nn.Module):
+    """Meta's llama apply_rotary_emb: complex multiply on interleaved pairs."""
+
+    def __init__(self, dim, heads, seq_len):
+        super().__init__()
+        self.heads = heads
+        self.wq, self.wk = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        freqs = 1.0 / (10000.0 ** (torch.arange(0, dim // heads, 2).float() / (dim // heads)))
+        angles = torch.outer(torch.arange(seq_len).float(), freqs)
+        self.register_buffer("freqs_cis", torch.polar(torch.ones_like(angles), angles))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        xq, xk = self.wq(x).view(B, T, self.heads, -1), self.wk(x).view(B, T, self.heads, -1)
+        xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+        xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+        freqs_cis = self.freqs_cis[:T].view(1, T, 1, -1)
+        xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3).type_as(xq)
+        xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3).type_as(xk)
+        return xq_out.transpose(1, 2) @ xk_out.transpose(1, 2).transpose(-1, -2)
+
+
+def test_meta_complex_rotary_is_replaced_and_verified():
+    model, x = _MetaRotary(32, 4, 8), torch.randn(2, 8, 32)
+    expected = model(x)
+    done = dict(opfuse.patch(model, (x,), lambda s: s.pow(2).mean()))
+    assert done.get("rotary_embedding") == 2, done
+    with torch.autograd.profiler.profile() as prof:
+        got = model(x)
+    assert sum(e.name == "opfuse::rotary_embedding" for e in prof.function_events) == 2
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_with_nothing_verified_the_baseline_is_still_measured(tmp_path):
     model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
     result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "none"), no_default_rules=True,

@@ -64,6 +64,15 @@ void swiglu_forward_kernel(const at::Tensor& gate, const at::Tensor& up, int64_t
 void swiglu_backward_kernel(const at::Tensor& dy, const at::Tensor& gate, const at::Tensor& up, int64_t in_stride,
                             at::Tensor& dgate, at::Tensor& dup);
 
+// Rotary embedding over rows of x's last dimension d = 2P (x and y contiguous, one dtype): pair i
+// of a row is (x[i], x[P + i]) (rotate-half) or (x[2i], x[2i + 1]) (interleaved), mapped by
+//   y_a = a·x_a + b·x_b,   y_b = c·x_a + d·x_b
+// with the coefficients [a | b | c | d] (each [P]) of the row's table row; table [n, 4, P] in the
+// accumulation dtype (float, double for float64). table_row_strides, one per leading dimension of
+// x, is how many table rows a step along it moves (0 where the table broadcasts).
+void rotary_embedding_kernel(const at::Tensor& x, const at::Tensor& table, at::IntArrayRef table_row_strides,
+                             bool interleaved, at::Tensor& y);
+
 // Attention over heads: q [B, H, T, D], k [B, H, S, D], v [B, H, S, Dv] of one dtype, any
 // strides; mask undefined or a [B, H, T, S] view (strides may be 0) of bool (true takes part)
 // or of the accumulation dtype (added to the scores). out [B, H, T, Dv] and lse [B, H, T] (the

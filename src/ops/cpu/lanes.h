@@ -3,7 +3,9 @@
 //   Lanes8      eight float32 lanes (AVX2+FMA)
 //   Lanes16     sixteen float32 lanes (AVX-512)
 // Each has F (the value type, with + − * as ordinary arithmetic), load/store for the storage
-// types, set1, sigmoid, exp, max, the horizontal hmax and hsumf of one F, and D: double accumulators for one F (sums of many elements are kept in
+// types, set1, sigmoid, exp, max, fmadd (a·b + c rounded once, the same bits on every path),
+// load_pairs/store_pairs (2·kLanes interleaved elements as their even and odd elements), the
+// horizontal hmax and hsumf of one F, and D: double accumulators for one F (sums of many elements are kept in
 // double, so a per-channel sum over 10^5 elements loses nothing to float rounding).
 // A loop written against this interface must be compiled for its target: see
 // batch_norm_silu_loops.h, which is included once per path under `#pragma GCC target`.
@@ -29,6 +31,11 @@ struct Lanes1 {
   static F sigmoid(F z) { return cpu::sigmoid(z); }
   static F exp(F z) { return std::exp(z); }
   static F max(F a, F b) { return a < b ? b : a; }
+  static F fmadd(F a, F b, F c) { return std::fma(a, b, c); }
+  template <typename T>
+  static void load_pairs(const T* p, F& even, F& odd) { even = F(p[0]), odd = F(p[1]); }
+  template <typename T>
+  static void store_pairs(T* p, F even, F odd) { p[0] = T(even), p[1] = T(odd); }
   static A hmax(F v) { return v; }
   static A hsumf(F v) { return v; }
   static D dzero() { return 0; }
@@ -54,6 +61,22 @@ struct Lanes8 {
   OPFUSE_AVX2 static F sigmoid(F z) { return sigmoid8(z); }
   OPFUSE_AVX2 static F exp(F z) { return exp8(z); }
   OPFUSE_AVX2 static F max(F a, F b) { return _mm256_max_ps(a, b); }
+  OPFUSE_AVX2 static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  // shuffle_ps picks within 128-bit halves ([a0 a2 b0 b2 | a4 a6 b4 b6]); the 64-bit permute
+  // puts the halves' pairs in order.
+  template <typename T>
+  OPFUSE_AVX2 static void load_pairs(const T* p, F& even, F& odd) {
+    const F a = load(p), b = load(p + 8);
+    constexpr int kOrder = _MM_SHUFFLE(3, 1, 2, 0);
+    even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))), kOrder));
+    odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))), kOrder));
+  }
+  template <typename T>
+  OPFUSE_AVX2 static void store_pairs(T* p, F even, F odd) {
+    const F lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);  // e0 o0 e1 o1 | e4 o4 e5 o5
+    store(p, _mm256_permute2f128_ps(lo, hi, 0x20));
+    store(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+  }
   OPFUSE_AVX2 static float hmax(F v) {
     alignas(32) float x[8];
     _mm256_store_ps(x, v);
@@ -102,6 +125,20 @@ struct Lanes16 {
   OPFUSE_AVX512 static F sigmoid(F z) { return sigmoid16(z); }
   OPFUSE_AVX512 static F exp(F z) { return exp16(z); }
   OPFUSE_AVX512 static F max(F a, F b) { return _mm512_max_ps(a, b); }
+  OPFUSE_AVX512 static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  template <typename T>
+  OPFUSE_AVX512 static void load_pairs(const T* p, F& even, F& odd) {
+    const F a = load(p), b = load(p + 16);
+    const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    even = _mm512_permutex2var_ps(a, evens, b);
+    odd = _mm512_permutex2var_ps(a, _mm512_add_epi32(evens, _mm512_set1_epi32(1)), b);
+  }
+  template <typename T>
+  OPFUSE_AVX512 static void store_pairs(T* p, F even, F odd) {
+    const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    store(p, _mm512_permutex2var_ps(even, first, odd));
+    store(p + 16, _mm512_permutex2var_ps(even, _mm512_add_epi32(first, _mm512_set1_epi32(8)), odd));
+  }
   OPFUSE_AVX512 static float hmax(F v) {
     alignas(64) float x[16];
     _mm512_store_ps(x, v);
