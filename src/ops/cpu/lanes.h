@@ -2,14 +2,17 @@
 //   Lanes1<A>   one element in the accumulation type A (float, or double for float64)
 //   Lanes8      eight float32 lanes (AVX2+FMA)
 //   Lanes16     sixteen float32 lanes (AVX-512)
-// Each has F (the value type, with + − * as ordinary arithmetic), load/store for the storage
-// types, set1, sigmoid, exp, max, the horizontal hmax and hsumf of one F, and D: double accumulators for one F (sums of many elements are kept in
-// double, so a per-channel sum over 10^5 elements loses nothing to float rounding).
+// Each has F (the value type, with + − * / as ordinary arithmetic), load/store for the storage
+// types, set1, sigmoid, exp, sqrt (correctly rounded on every path, as / is), max, the
+// horizontal hmax and hsumf of one F, and D: double accumulators for one F (sums of many
+// elements are kept in double, so a per-channel sum over 10^5 elements loses nothing to float
+// rounding).
 // A loop written against this interface must be compiled for its target: see
 // batch_norm_silu_loops.h, which is included once per path under `#pragma GCC target`.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 
 #include "ops/cpu/vec_math.h"
 
@@ -28,6 +31,7 @@ struct Lanes1 {
   static F set1(A v) { return v; }
   static F sigmoid(F z) { return cpu::sigmoid(z); }
   static F exp(F z) { return std::exp(z); }
+  static F sqrt(F z) { return std::sqrt(z); }
   static F max(F a, F b) { return a < b ? b : a; }
   static A hmax(F v) { return v; }
   static A hsumf(F v) { return v; }
@@ -53,6 +57,7 @@ struct Lanes8 {
   OPFUSE_AVX2 static F set1(float v) { return _mm256_set1_ps(v); }
   OPFUSE_AVX2 static F sigmoid(F z) { return sigmoid8(z); }
   OPFUSE_AVX2 static F exp(F z) { return exp8(z); }
+  OPFUSE_AVX2 static F sqrt(F z) { return _mm256_sqrt_ps(z); }
   OPFUSE_AVX2 static F max(F a, F b) { return _mm256_max_ps(a, b); }
   OPFUSE_AVX2 static float hmax(F v) {
     alignas(32) float x[8];
@@ -101,6 +106,7 @@ struct Lanes16 {
   OPFUSE_AVX512 static F set1(float v) { return _mm512_set1_ps(v); }
   OPFUSE_AVX512 static F sigmoid(F z) { return sigmoid16(z); }
   OPFUSE_AVX512 static F exp(F z) { return exp16(z); }
+  OPFUSE_AVX512 static F sqrt(F z) { return _mm512_sqrt_ps(z); }
   OPFUSE_AVX512 static F max(F a, F b) { return _mm512_max_ps(a, b); }
   OPFUSE_AVX512 static float hmax(F v) {
     alignas(64) float x[16];
