@@ -65,7 +65,8 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 //   p ← p − lr/(1 − β1^t) · m / (sqrt(v)/sqrt(1 − β2^t) + eps)        t = steps[i], g → −g if maximize
 // params[i], grads[i], exp_avgs[i], exp_avg_sqs[i] share a shape; every tensor one dtype (float32,
 // float64, or bfloat16, computed in float and rounded once per store). steps[i] is a one-element
-// tensor holding the step being taken (≥ 1), torch.optim's state['step'] after its increment.
+// tensor counting params[i]'s steps so far (torch.optim's state['step']); it is incremented in
+// place and its new value is t, as torch's loop does, so a step is this one call.
 // Any dense layout shared by a parameter's four tensors is updated where it lies; others go
 // through a copy. Threads share pieces of every tensor; the bits do not depend on their number.
 void adamw_(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,

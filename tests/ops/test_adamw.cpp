@@ -32,8 +32,8 @@ struct Group {
 double unit_roundoff(at::ScalarType t) { return t == torch::kDouble ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24); }
 double storage_roundoff(at::ScalarType t) { return t == torch::kBFloat16 ? std::ldexp(1.0, -8) : 0; }
 
-// A group partway through training: moments of plausible size, step t + i for tensor i (steps
-// differ across a group when a parameter missed a step).
+// A group partway through training: moments of plausible size, t + i steps taken by tensor i
+// (counts differ across a group when a parameter missed a step).
 Group random_group(const std::vector<std::vector<int64_t>>& shapes, at::ScalarType dtype, double t) {
   Group group;
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -54,7 +54,7 @@ void step(Group& group, const Hyper& h) {
 // The reference step from tensor i's state before the step, compared with the state after it.
 void check_step(const Group& before, const Group& after, size_t i, const Hyper& h, const std::string& what) {
   const at::ScalarType dtype = after.p[i].scalar_type();
-  const double u = 16 * unit_roundoff(dtype), s = storage_roundoff(dtype), t = before.steps[i].item<double>();
+  const double u = 16 * unit_roundoff(dtype), s = storage_roundoff(dtype), t = before.steps[i].item<double>() + 1;
   auto f64 = [](const at::Tensor& x) { return x.to(torch::kDouble); };
   const at::Tensor p = f64(before.p[i]), m = f64(before.m[i]), v = f64(before.v[i]);
   const at::Tensor g = h.maximize ? -f64(before.g[i]) : f64(before.g[i]);
@@ -88,10 +88,11 @@ void check_steps(Group& group, const Hyper& h, int steps, const std::string& wha
     for (auto& g : group.g) g.copy_(torch::randn(g.sizes()) * 3);
     const Group before = clone(group);
     step(group, h);
-    for (size_t i = 0; i < group.p.size(); ++i)
-      check_step(before, group, i, h, c10::str(what, " step ", before.steps[i].item<double>(), " tensor ", i, " ",
+    for (size_t i = 0; i < group.p.size(); ++i) {
+      ASSERT_EQ(group.steps[i].item<double>(), before.steps[i].item<double>() + 1) << "the step is counted";
+      check_step(before, group, i, h, c10::str(what, " step ", group.steps[i].item<double>(), " tensor ", i, " ",
                                                group.p[i].sizes()));
-    for (auto& t : group.steps) t.add_(1);
+    }
   }
 }
 
@@ -105,9 +106,9 @@ TEST_P(AdamWTest, MatchesFloat64ReferenceOnFreshRandomData) {
   const auto [cap, dtype] = GetParam();
   CapabilityScope scope(cap);
   SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
-  for (double first_step : {1.0, 1000.0}) {
-    Group group = random_group(kShapes, dtype, first_step);
-    check_steps(group, Hyper{}, 4, c10::str("from step ", first_step));
+  for (double taken : {0.0, 1000.0}) {
+    Group group = random_group(kShapes, dtype, taken);
+    check_steps(group, Hyper{}, 4, c10::str("after ", taken, " steps"));
   }
 }
 
@@ -116,7 +117,7 @@ TEST_P(AdamWTest, HyperparametersAndMaximize) {
   CapabilityScope scope(cap);
   SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
   for (const Hyper& h : {Hyper{1e-3, 0.8, 0.99, 1e-6, 0.0, true}, Hyper{0.5, 0.0, 0.5, 0.0, 1.0, false}}) {
-    Group group = random_group({{33, 7}, {20000}}, dtype, 1);
+    Group group = random_group({{33, 7}, {20000}}, dtype, 0);
     check_steps(group, h, 3, c10::str("lr ", h.lr, " maximize ", h.maximize));
   }
 }
@@ -125,7 +126,7 @@ TEST_P(AdamWTest, StridedLayouts) {
   const auto [cap, dtype] = GetParam();
   CapabilityScope scope(cap);
   SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
-  Group group = random_group({{40, 30}, {8, 6, 5, 5}, {20, 50}}, dtype, 1);
+  Group group = random_group({{40, 30}, {8, 6, 5, 5}, {20, 50}}, dtype, 0);
   // A transposed weight (dense, its state contiguous: updated through copies), a channels_last
   // weight with channels_last state and grad (updated where it lies), a column slice (not dense).
   group.p[0] = group.p[0].t();
@@ -200,9 +201,13 @@ TEST(AdamW, BadArgumentsNameTheOpAndTheEntry) {
   Group integer = group;
   integer.p[0] = integer.p[0].to(torch::kLong);
   expect_error(call(integer), "opfuse::adamw_: params[0] must be float32, float64 or bfloat16");
-  Group step_zero = group;
-  step_zero.steps[1] = torch::tensor(0.0);
-  expect_error(call(step_zero), "opfuse::adamw_: steps[1] must be the step being taken, 1 or more, got 0");
+  Group negative = group;
+  negative.steps[1] = torch::tensor(-1.0);
+  expect_error(call(negative), "opfuse::adamw_: steps[1] must count the steps taken, 0 or more, got -1");
+  Group two = group;
+  two.steps[0] = torch::zeros({2});
+  expect_error(call(two), "opfuse::adamw_: steps[0] must be a one-element CPU tensor");
+  EXPECT_EQ(group.steps[0].item<double>(), 1) << "a refused call counts no step";
   Group sparse = group;
   sparse.g[0] = sparse.g[0].to_sparse();
   expect_error(call(sparse), "opfuse::adamw_: sparse tensors are not supported");

@@ -59,8 +59,8 @@ void adamw_kernel(at::TensorList params, at::TensorList grads, at::TensorList ex
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, params[0].scalar_type(), "opfuse::adamw_", [&] {
     std::vector<AdamWTensor<scalar_t>> tensors;
     for (size_t i = 0; i < params.size(); ++i)
-      tensors.push_back({params[i].data_ptr<scalar_t>(), grads[i].data_ptr<scalar_t>(), exp_avgs[i].data_ptr<scalar_t>(),
-                         exp_avg_sqs[i].data_ptr<scalar_t>(), coefficients[i]});
+      tensors.push_back({params[i].data_ptr<scalar_t>(), grads[i].data_ptr<scalar_t>(),
+                         exp_avgs[i].data_ptr<scalar_t>(), exp_avg_sqs[i].data_ptr<scalar_t>(), coefficients[i]});
     OPFUSE_ON_PATH(scalar_t, adamw_all, (tensors, pieces));
   });
 }
