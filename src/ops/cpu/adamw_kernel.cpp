@@ -5,7 +5,7 @@
 //
 // This file is compiled with -ffp-contract=off (src/ops/CMakeLists.txt): no path fuses a
 // multiply into an add, so scalar, AVX2 and AVX-512 give identical bits, and each operation
-// rounds as the ATen op it replaces does.
+// rounds as the ATen op it replaces does (adamw_loops.h names the one exception).
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
