@@ -14,6 +14,7 @@ struct OpBenchOptions {
   std::string op = "silu";  // one of benchmarked_ops()
   // 0: the op's default, 6'400'000 elements, or [16, 96, 56, 56] for batch_norm_silu and
   // drop_connect_add; se_gate and those two take [16, C, 56, 56] of about numel elements.
+  // adamw always steps stories15M's 56 parameter tensors (15.2M parameters).
   int64_t numel = 0;
   // attention: q, k, v [4, 6, seq_len, head_dim], causal, dropout_p on the probabilities.
   int64_t seq_len = 256;
@@ -38,6 +39,7 @@ struct VariantTiming {
 struct OpBenchResult {
   std::string op;
   std::string shape;  // e.g. [6400000] or [16, 128, 56, 56]
+  std::string timed = "forward+backward";  // what one call does: forward+backward, or one optimizer step
   std::string capability;  // the CPU path the opfuse kernels took
   int64_t numel = 0;
   // attention: q, k, v [4, 6, seq_len, head_dim], causal, dropout_p on the probabilities.
@@ -48,7 +50,7 @@ struct OpBenchResult {
   std::vector<VariantTiming> variants;  // reference, aten, opfuse
   measure::Ratio speedup_vs_reference;  // paired rounds
   measure::Ratio speedup_vs_aten;
-  double opfuse_gbps = 0;  // bytes the fused forward+backward must move / its median time
+  double opfuse_gbps = 0;  // bytes the fused forward+backward (or step) must move / its median time
   double copy_gbps = 0;    // tensor copy in the same run, interleaved with the variants: what memory can do
   int rounds = 0;
   measure::Machine machine;

@@ -73,6 +73,20 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                      c10::optional<double> scale = c10::nullopt, const c10::optional<at::Tensor>& attn_mask = {},
                      double dropout_p = 0, c10::optional<at::Generator> generator = c10::nullopt);
 
+// One AdamW step for a parameter group, in place, exactly torch.optim.AdamW's formula (amsgrad
+// off) in one pass over each parameter's p, g, m, v:
+//   p ← p·(1 − lr·wd);  m ← β1·m + (1 − β1)·g;  v ← β2·v + (1 − β2)·g²
+//   p ← p − lr/(1 − β1^t) · m / (sqrt(v)/sqrt(1 − β2^t) + eps)        t = steps[i], g → −g if maximize
+// params[i], grads[i], exp_avgs[i], exp_avg_sqs[i] share a shape; every tensor one dtype (float32,
+// float64, or bfloat16, computed in float and rounded once per store). steps[i] is a one-element
+// tensor counting params[i]'s steps so far (torch.optim's state['step']); it is incremented in
+// place and its new value is t, as torch's loop does, so a step is this one call.
+// Any dense layout shared by a parameter's four tensors is updated where it lies; others go
+// through a copy. Threads share pieces of every tensor; the bits do not depend on their number.
+void adamw_(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
+            at::TensorList steps, double lr, double beta1, double beta2, double eps, double weight_decay,
+            bool maximize = false);
+
 // Path of the shared library holding the operators, for torch.ops.load_library.
 const char* ops_library_path();
 

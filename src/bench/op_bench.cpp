@@ -31,13 +31,16 @@ constexpr int64_t kDefaultNumel = 6'400'000;
 struct Variant {
   std::string name, what;
   std::function<at::Tensor()> forward;  // builds the graph from the leaves
+  std::function<void()> step;           // instead of forward+backward: an in-place update (an optimizer step)
 };
 
 struct Case {
   std::vector<at::Tensor> leaves;  // inputs that receive gradients
   at::Tensor grad_output;
   std::vector<Variant> variants;
-  double bytes_per_step;  // bytes a single-pass forward+backward moves
+  double bytes_per_step;  // bytes a single-pass forward+backward (or step) moves
+  at::Tensor copied;      // what the bandwidth copy copies (default leaves[0]): as large as what the op streams
+  std::string shape;      // for the report (default leaves[0]'s shape)
 };
 
 // se_gate runs on EfficientNet-like activations: 16 samples of 56×56 and as many channels as
@@ -197,10 +200,95 @@ Case attention_case(const OpBenchOptions& o) {
   return c;
 }
 
+// llama2.c's stories15M (dim 288, 6 layers, hidden 768, vocab 32000, the output layer tied to
+// the embedding): its 56 parameter tensors, one AdamW group.
+std::vector<std::vector<int64_t>> llama_parameter_shapes() {
+  constexpr int64_t dim = 288, layers = 6, hidden = 768, vocab = 32000;
+  std::vector<std::vector<int64_t>> shapes{{vocab, dim}};
+  for (int64_t l = 0; l < layers; ++l) {
+    shapes.push_back({dim});  // attention_norm
+    for (int w = 0; w < 4; ++w) shapes.push_back({dim, dim});  // wq, wk, wv, wo
+    shapes.push_back({dim});  // ffn_norm
+    shapes.insert(shapes.end(), {{hidden, dim}, {dim, hidden}, {hidden, dim}});  // w1, w2, w3
+  }
+  shapes.push_back({dim});  // the final norm
+  return shapes;
+}
+
+// One AdamW step (torch's defaults, lr 1e-3) three ways. The variants step the same tensors in
+// turn; their values do not change the time.
+Case adamw_case(const OpBenchOptions& o) {
+  if (o.numel != 0) throw std::invalid_argument("adamw steps stories15M's parameter set, not --numel elements");
+  constexpr double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, wd = 1e-2;
+  struct Group {
+    std::vector<at::Tensor> p, g, m, v, steps;
+  };
+  auto group = std::make_shared<Group>();
+  int64_t total = 0;
+  for (const auto& shape : llama_parameter_shapes()) {
+    group->p.push_back(torch::randn(shape));
+    group->g.push_back(torch::randn(shape));
+    group->m.push_back(torch::zeros(shape));
+    group->v.push_back(torch::zeros(shape));
+    group->steps.push_back(torch::tensor(0.0));
+    total += group->p.back().numel();
+  }
+  Case c;
+  c.leaves = group->p;
+  c.copied = torch::randn({total});
+  c.shape = fmt::format("{} tensors, {} parameters (stories15M)", group->p.size(), total);
+  // torch.optim.AdamW(foreach=False)'s _single_tensor_adamw, op for op.
+  auto per_tensor = [group] {
+    const Group& s = *group;
+    for (size_t i = 0; i < s.p.size(); ++i) {
+      s.steps[i].add_(1);
+      const double t = s.steps[i].item<double>();
+      s.p[i].mul_(1 - lr * wd);
+      s.m[i].mul_(beta1).add_(s.g[i], 1 - beta1);
+      s.v[i].mul_(beta2).addcmul_(s.g[i], s.g[i], 1 - beta2);
+      const at::Tensor denom = (s.v[i].sqrt() / std::sqrt(1 - std::pow(beta2, t))).add_(eps);
+      s.p[i].addcdiv_(s.m[i], denom, -lr / (1 - std::pow(beta1, t)));
+    }
+  };
+  // torch.optim.AdamW(foreach=True)'s _multi_tensor_adamw.
+  auto foreach = [group] {
+    const Group& s = *group;
+    at::_foreach_add_(s.steps, 1);
+    at::_foreach_mul_(s.p, 1 - lr * wd);
+    at::_foreach_mul_(s.m, beta1);
+    at::_foreach_add_(s.m, s.g, 1 - beta1);
+    at::_foreach_mul_(s.v, beta2);
+    at::_foreach_addcmul_(s.v, s.g, s.g, 1 - beta2);
+    std::vector<at::Scalar> step_size, bias_correction2_sqrt;
+    for (const at::Tensor& step : s.steps) {
+      const double t = step.item<double>();
+      step_size.push_back(-lr / (1 - std::pow(beta1, t)));
+      bias_correction2_sqrt.push_back(std::sqrt(1 - std::pow(beta2, t)));
+    }
+    std::vector<at::Tensor> denom = at::_foreach_sqrt(s.v);
+    at::_foreach_div_(denom, bias_correction2_sqrt);
+    at::_foreach_add_(denom, eps);
+    at::_foreach_addcdiv_(s.p, s.m, denom, step_size);
+  };
+  auto fused = [group] {
+    const Group& s = *group;
+    opfuse::adamw_(s.p, s.g, s.m, s.v, s.steps, lr, beta1, beta2, eps, wd);
+  };
+  c.variants = {{"reference", "torch.optim.AdamW(foreach=False): per tensor mul_, add_, addcmul_, sqrt, div, addcdiv_",
+                 {}, per_tensor},
+                {"aten", "torch.optim.AdamW(foreach=True): _foreach_mul_, _add_, _addcmul_, _sqrt, _div_, _addcdiv_",
+                 {}, foreach},
+                {"opfuse", "opfuse::adamw_ (one call, one pass)", {}, fused}};
+  // reads p, g, m, v; writes p, m, v
+  c.bytes_per_step = 7.0 * total * sizeof(float);
+  return c;
+}
+
 Case make_case(const OpBenchOptions& options) {
   const std::string& op = options.op;
   const int64_t numel_option = options.numel;
   if (op == "attention") return attention_case(options);
+  if (op == "adamw") return adamw_case(options);
   if (op == "batch_norm_silu") return batch_norm_silu_case(numel_option);
   if (op == "rms_norm") return rms_norm_case(numel_option);
   if (op == "swiglu") return swiglu_case(numel_option);
@@ -247,10 +335,16 @@ void clear_grads(const Case& c) {
   for (const auto& leaf : c.leaves) leaf.mutable_grad() = at::Tensor();
 }
 
+// One forward+backward from fresh leaves, or the variant's step.
+void run_variant(const Case& c, const Variant& v) {
+  if (v.step) return v.step();
+  v.forward().backward(c.grad_output);
+}
+
 double time_step(const Case& c, const Variant& v) {
   clear_grads(c);
   const auto start = Clock::now();
-  v.forward().backward(c.grad_output);
+  run_variant(c, v);
   return elapsed_ms(start);
 }
 
@@ -275,7 +369,7 @@ int64_t peak_bytes(const Case& c, const Variant& v) {
   auto memory = std::make_shared<PeakMemory>();
   {
     c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, memory);
-    v.forward().backward(c.grad_output);
+    run_variant(c, v);
   }
   return memory->peak();
 }
@@ -290,8 +384,8 @@ std::string shape_string(at::IntArrayRef sizes) {
 }  // namespace
 
 const std::vector<std::string>& benchmarked_ops() {
-  static const std::vector<std::string> ops{"silu",     "swish",  "se_gate",   "batch_norm_silu", "drop_connect_add",
-                                            "rms_norm", "swiglu", "attention", "rotary_embedding"};
+  static const std::vector<std::string> ops{"silu",     "swish",     "se_gate",          "batch_norm_silu",
+                                            "drop_connect_add", "rms_norm", "swiglu", "attention", "rotary_embedding", "adamw"};
   return ops;
 }
 
@@ -305,7 +399,7 @@ OpBenchResult bench_op(const OpBenchOptions& options) {
   const Case c = make_case(options);
 
   // The copy runs as a fourth variant, so memory's bandwidth is measured under the same conditions.
-  const at::Tensor src = c.leaves[0].detach();
+  const at::Tensor src = c.copied.defined() ? c.copied : c.leaves[0].detach();
   at::Tensor dst = torch::empty_like(src);
   std::vector<measure::Run> runs;
   for (const auto& v : c.variants) runs.push_back([&c, &v] { return time_step(c, v); });
@@ -323,9 +417,10 @@ OpBenchResult bench_op(const OpBenchOptions& options) {
 
   OpBenchResult result;
   result.op = options.op;
-  result.shape = shape_string(c.leaves[0].sizes());
+  result.shape = c.shape.empty() ? shape_string(c.leaves[0].sizes()) : c.shape;
   result.capability = cpu::capability_name(cpu::cpu_capability());
-  result.numel = c.leaves[0].numel();
+  result.timed = c.variants[0].step ? "one optimizer step" : "forward+backward";
+  result.numel = src.numel();
   result.threads = threads;
   result.rounds = timing.rounds;
   result.machine = timing.machine;

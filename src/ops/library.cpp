@@ -40,6 +40,11 @@ TORCH_LIBRARY(opfuse, m) {
   // [..., D], broadcast to x's leading dimensions. _backward rotates grad back (the transpose).
   m.def("rotary_embedding(Tensor x, Tensor cos, Tensor sin, bool interleaved=False) -> Tensor");
   m.def("rotary_embedding_backward(Tensor grad, Tensor cos, Tensor sin, bool interleaved) -> Tensor");
+  // One AdamW step (torch.optim.AdamW's formula) for a parameter group, in place: p, m, v
+  // updated in one pass over p, g, m, v; steps[i] counts params[i]'s steps (torch.optim's
+  // state['step']) and is incremented first, as torch's loop increments it.
+  m.def("adamw_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+        "Tensor(d!)[] steps, float lr, float beta1, float beta2, float eps, float weight_decay, bool maximize=False) -> ()");
   // softmax(scale · q kᵀ + mask) · v over q [B, H, T, D], k, v [B, H, S, *], tiled (no [T, S]
   // matrix stored); scale defaults to 1/sqrt(D); attn_mask is bool (true takes part) or
   // additive, broadcast to [B, H, T, S]. _forward also returns the rows' log-sum-exp and the

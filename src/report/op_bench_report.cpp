@@ -24,12 +24,12 @@ std::string format_op_bench(const bench::OpBenchResult& r) {
   std::string out = fmt::format("bench-op {}  shape {}  float32  threads {}  cpu path {}\n", r.op, r.shape,
                                 r.threads, r.capability);
   out += format_environment(r.environment) + format_machine(r.machine);
-  out += fmt::format("\nforward+backward per call, {} rounds interleaved (opfuse = x1.00; higher is slower)\n\n", r.rounds);
+  out += fmt::format("\n{} per call, {} rounds interleaved (opfuse = x1.00; higher is slower)\n\n", r.timed, r.rounds);
   out += format_table({"variant", "runs", "median ms [95% CI]", "range ms", "max/min", "vs opfuse", "peak MiB"}, rows);
   out += fmt::format("\nopfuse vs reference  {} (paired rounds)\nopfuse vs aten       {}\n",
                      ratio_cell(r.speedup_vs_reference), ratio_cell(r.speedup_vs_aten));
-  out += fmt::format("opfuse bandwidth     {:.1f} GB/s (copy in the same run: {:.1f} GB/s)\n", r.opfuse_gbps,
-                     r.copy_gbps);
+  out += fmt::format("opfuse bandwidth     {:.1f} GB/s (copy in the same run: {:.1f} GB/s; {:.0f} % of it)\n",
+                     r.opfuse_gbps, r.copy_gbps, 100 * r.opfuse_gbps / r.copy_gbps);
   return out;
 }
 

@@ -2,16 +2,18 @@
 //   Lanes1<A>   one element in the accumulation type A (float, or double for float64)
 //   Lanes8      eight float32 lanes (AVX2+FMA)
 //   Lanes16     sixteen float32 lanes (AVX-512)
-// Each has F (the value type, with + − * as ordinary arithmetic), load/store for the storage
-// types, set1, sigmoid, exp, max, fmadd (a·b + c rounded once, the same bits on every path),
-// load_pairs/store_pairs (2·kLanes interleaved elements as their even and odd elements), the
-// horizontal hmax and hsumf of one F, and D: double accumulators for one F (sums of many elements are kept in
-// double, so a per-channel sum over 10^5 elements loses nothing to float rounding).
+// Each has F (the value type, with + − * / as ordinary arithmetic), load/store for the storage
+// types, set1, sigmoid, exp, sqrt (correctly rounded on every path, as / is), max, fmadd (a·b + c
+// rounded once, the same bits on every path), load_pairs/store_pairs (2·kLanes interleaved
+// elements as their even and odd elements), the horizontal hmax and hsumf of one F, and D: double
+// accumulators for one F (sums of many elements are kept in double, so a per-channel sum over
+// 10^5 elements loses nothing to float rounding).
 // A loop written against this interface must be compiled for its target: see
 // batch_norm_silu_loops.h, which is included once per path under `#pragma GCC target`.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 
 #include "ops/cpu/vec_math.h"
 
@@ -30,6 +32,7 @@ struct Lanes1 {
   static F set1(A v) { return v; }
   static F sigmoid(F z) { return cpu::sigmoid(z); }
   static F exp(F z) { return std::exp(z); }
+  static F sqrt(F z) { return std::sqrt(z); }
   static F max(F a, F b) { return a < b ? b : a; }
   static F fmadd(F a, F b, F c) { return std::fma(a, b, c); }
   template <typename T>
@@ -60,6 +63,7 @@ struct Lanes8 {
   OPFUSE_AVX2 static F set1(float v) { return _mm256_set1_ps(v); }
   OPFUSE_AVX2 static F sigmoid(F z) { return sigmoid8(z); }
   OPFUSE_AVX2 static F exp(F z) { return exp8(z); }
+  OPFUSE_AVX2 static F sqrt(F z) { return _mm256_sqrt_ps(z); }
   OPFUSE_AVX2 static F max(F a, F b) { return _mm256_max_ps(a, b); }
   OPFUSE_AVX2 static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   // shuffle_ps picks within 128-bit halves ([a0 a2 b0 b2 | a4 a6 b4 b6]); the 64-bit permute
@@ -124,6 +128,7 @@ struct Lanes16 {
   OPFUSE_AVX512 static F set1(float v) { return _mm512_set1_ps(v); }
   OPFUSE_AVX512 static F sigmoid(F z) { return sigmoid16(z); }
   OPFUSE_AVX512 static F exp(F z) { return exp16(z); }
+  OPFUSE_AVX512 static F sqrt(F z) { return _mm512_sqrt_ps(z); }
   OPFUSE_AVX512 static F max(F a, F b) { return _mm512_max_ps(a, b); }
   OPFUSE_AVX512 static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   template <typename T>

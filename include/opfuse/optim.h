@@ -1,0 +1,31 @@
+// Optimizers whose step is one fused opfuse op per parameter group.
+#pragma once
+
+#include <torch/optim/adamw.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace opfuse::optim {
+
+// torch::optim::AdamW with its step made one opfuse::adamw_ call per parameter group (per dtype,
+// if a group mixes them): the same options, the same per-parameter state (AdamWParamState), so
+// torch::save/torch::load archives of either load in the other, and the same arithmetic
+// (float64 agrees to rounding). CPU parameters; amsgrad is refused.
+class AdamW : public torch::optim::AdamW {
+ public:
+  explicit AdamW(std::vector<torch::optim::OptimizerParamGroup> param_groups, torch::optim::AdamWOptions defaults = {});
+  explicit AdamW(std::vector<at::Tensor> params, torch::optim::AdamWOptions defaults = {});
+
+  at::Tensor step(LossClosure closure = nullptr) override;
+
+ private:
+  // The op counts steps in a tensor; one per parameter, kept so a step allocates nothing.
+  // AdamWParamState::step stays the count that is saved and loaded.
+  at::Tensor& step_count(const std::string& key, const torch::optim::AdamWParamState& state);
+
+  std::unordered_map<std::string, at::Tensor> step_counts_;
+};
+
+}  // namespace opfuse::optim

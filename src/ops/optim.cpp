@@ -1,0 +1,84 @@
+// opfuse::optim::AdamW: torch::optim::AdamW's state and options, stepped by opfuse::adamw_.
+#include "opfuse/optim.h"
+
+#include <torch/torch.h>
+
+#include <map>
+
+#include "opfuse/ops.h"
+
+namespace opfuse::optim {
+namespace {
+
+using torch::optim::AdamWOptions;
+using torch::optim::AdamWParamState;
+
+void refuse_amsgrad(const AdamWOptions& options) {
+  TORCH_CHECK(!options.amsgrad(), "opfuse::optim::AdamW: amsgrad is not supported (use torch::optim::AdamW for it)");
+}
+
+// One opfuse::adamw_ call's tensors.
+struct Lists {
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+  std::vector<AdamWParamState*> states;
+};
+
+}  // namespace
+
+AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> param_groups, AdamWOptions defaults)
+    : torch::optim::AdamW(std::move(param_groups), defaults) {
+  refuse_amsgrad(defaults);
+}
+
+AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions defaults)
+    : AdamW(std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup(std::move(params))},
+            defaults) {}
+
+at::Tensor& AdamW::step_count(const std::string& key, const AdamWParamState& state) {
+  at::Tensor& count = step_counts_[key];
+  if (!count.defined()) count = at::empty({}, at::kLong);
+  *count.data_ptr<int64_t>() = state.step();  // the saved count rules, e.g. after load()
+  return count;
+}
+
+at::Tensor AdamW::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  at::Tensor loss;
+  if (closure) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    const auto& options = static_cast<const AdamWOptions&>(group.options());
+    refuse_amsgrad(options);
+    std::map<at::ScalarType, Lists> by_dtype;
+    for (const at::Tensor& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      auto& slot = state_[key];
+      if (!slot) {
+        auto fresh = std::make_unique<AdamWParamState>();
+        fresh->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        fresh->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        slot = std::move(fresh);
+      }
+      auto& state = static_cast<AdamWParamState&>(*slot);
+      Lists& lists = by_dtype[p.scalar_type()];
+      lists.params.push_back(p);
+      lists.grads.push_back(p.grad());
+      lists.exp_avgs.push_back(state.exp_avg());
+      lists.exp_avg_sqs.push_back(state.exp_avg_sq());
+      lists.steps.push_back(step_count(key, state));
+      lists.states.push_back(&state);
+    }
+    const auto [beta1, beta2] = options.betas();
+    for (auto& [dtype, l] : by_dtype) {
+      opfuse::adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.steps, options.lr(), beta1, beta2, options.eps(),
+                     options.weight_decay());
+      for (AdamWParamState* state : l.states) state->step(state->step() + 1);
+    }
+  }
+  return loss;
+}
+
+}  // namespace opfuse::optim
