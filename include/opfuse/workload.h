@@ -17,10 +17,14 @@
 namespace opfuse::tune {
 
 // One training-mode forward and backward: every tensor the forward returned and every parameter's
-// gradient (undefined where none flowed), named, in the model's stable order.
+// gradient (undefined where none flowed), named, in the model's stable order; and, where the
+// workload reports it, what its optimizer does to each parameter in a fresh optimizer's first
+// steps from gradients drawn from the probe's seed (the same in both models, so a rewrite of the
+// optimizer is verified on its own arithmetic, apart from the model's).
 struct Probe {
   std::vector<at::Tensor> outputs;
   std::vector<std::pair<std::string, at::Tensor>> grads;
+  std::vector<std::pair<std::string, at::Tensor>> updates;
 };
 
 class Workload;
@@ -48,8 +52,9 @@ class Workload {
   // One training step (forward, loss, backward, optimizer); returns its milliseconds.
   virtual double step() = 0;
   // Converts to dtype and runs one training-mode forward and backward on the first inputs with the
-  // random streams seeded by `seed`; floating inputs are scaled by (1 + nudge · noise) first, to
-  // see how far rounding-sized changes carry. Callers run it on a clone.
+  // random streams seeded by `seed` (then, optionally, optimizer steps from seeded gradients);
+  // floating inputs are scaled by (1 + nudge · noise) first, to see how far
+  // rounding-sized changes carry. Callers run it on a clone.
   virtual Probe probe(at::ScalarType dtype, uint64_t seed, double nudge) = 0;
   // The rewrites that may answer this rule on this kind of workload.
   virtual std::vector<Rewrite> rewrites_for(const analyze::Rule& rule) const = 0;

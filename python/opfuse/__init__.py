@@ -51,11 +51,14 @@ class Replacement(_Record):
 
 class TuneResult:
     """What opfuse.tune did. `.model` is a patched copy of the model given (that one is never
-    changed), or that copy unpatched when nothing was kept."""
+    changed), or that copy unpatched when nothing was kept; `.optimizer` is the optimizer factory
+    to train it with: the one given, or one building opfuse.optim's fused class in place of
+    torch.optim's when that replacement was kept."""
 
-    def __init__(self, report, model, text, not_traced):
+    def __init__(self, report, model, text, not_traced, optimizer):
         self._report = report
         self.model = model
+        self.optimizer = optimizer
         self.text = text
         self.speedup = report["speedup"]
         self.speedup_ci = report["speedup_ci"]
@@ -243,6 +246,7 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
     data["not_traced"] = pristine.not_traced
     tuned = got["tuned"]
     tuned_model = tuned.model if tuned is not None else pristine.model
+    tuned_optimizer = (tuned if tuned is not None else pristine).optimizer_factory
     if ranks is not None:
         data["model_sha256"] = ranks.check_identical(tuned_model)
     if ranks is None or ranks.rank == 0:
@@ -250,7 +254,7 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
         _write(os.path.join(folder, "report.html"), got["html"])
     if ddp_settings is not None:
         tuned_model = ranks.wrap(tuned_model, ddp_settings)
-    result = TuneResult(data, tuned_model, got["analysis_text"] + got["text"], pristine.not_traced)
+    result = TuneResult(data, tuned_model, got["analysis_text"] + got["text"], pristine.not_traced, tuned_optimizer)
     result.out = folder
     if not quiet:
         print(result.text + f"\nwrote {folder}/report.json, report.html and the traces", file=sys.stderr)
@@ -308,8 +312,8 @@ def _sum_of_outputs(out):
 
 def _verified(baseline, candidate, seed=11):
     """float64 agreement of outputs and gradients within tune's tolerance (1e-9 of the largest)."""
-    ref_out, ref_grads = baseline.clone().probe(torch.float64, seed, 0.0)
-    got_out, got_grads = candidate.clone().probe(torch.float64, seed, 0.0)
+    ref_out, ref_grads, _ = baseline.clone().probe(torch.float64, seed, 0.0)  # no optimizer rewrites here
+    got_out, got_grads, _ = candidate.clone().probe(torch.float64, seed, 0.0)
     tensors = list(zip(ref_out, got_out)) + [(r, g) for (_, r), (_, g) in zip(ref_grads, got_grads)]
     scale = max([r.abs().max().item() for r, _ in tensors if r is not None and r.numel()] or [0.0])
     for r, g in tensors:

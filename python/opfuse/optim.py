@@ -6,6 +6,8 @@ state_dict saved by either loads in the other, and the same arithmetic (float64 
 rounding). Its step calls ``torch.ops.opfuse.adamw_`` once per group (per dtype, if a group mixes them):
 one pass over each parameter's p, g, m, v where torch's per-tensor loop makes ~20.
 """
+import inspect
+
 import torch
 
 __all__ = ["AdamW", "fused_factory"]
@@ -101,8 +103,12 @@ def fused_factory(optimizer_factory):
 
     def make(params):
         built = optimizer_factory(params)
-        if type(built) is not torch.optim.AdamW or any(g["amsgrad"] for g in built.param_groups):
+        if type(built) is not torch.optim.AdamW or any(g["amsgrad"] or g.get("differentiable") for g in built.param_groups):
             return built
-        return AdamW([dict(g) for g in built.param_groups], **{**built.defaults, "amsgrad": False})
+        # torch 2's groups also carry options of its own (fused, differentiable) that ours has not.
+        ours = inspect.signature(AdamW).parameters
+        options = {k: v for k, v in built.defaults.items() if k in ours}
+        groups = [{k: v for k, v in g.items() if k == "params" or k in ours} for g in built.param_groups]
+        return AdamW(groups, **options)
 
     return make

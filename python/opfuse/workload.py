@@ -4,7 +4,7 @@ import time
 
 import torch
 
-from . import rewrite
+from . import optim, rewrite
 
 
 def default_optimizer(params):
@@ -116,7 +116,22 @@ def make(native):
             loss = self.loss_fn(out)
             loss.backward()
             grads = [(n, p.grad) for n, p in model.named_parameters()]
-            return [t.detach() for t in flatten_tensors(out)], grads
+            return [t.detach() for t in flatten_tensors(out)], grads, self._updates(model, seed)
+
+        def _updates(self, model, seed):
+            """What two steps of a fresh optimizer do to each parameter, from gradients drawn from
+            `seed` (the same in both models): a rewrite of the optimizer is verified on these
+            alone, whatever a model rewrite did to the computed gradients. Two steps, so the
+            moments' decay and the bias corrections take part, not only step one's g/|g|."""
+            named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+            before = [p.detach().clone() for _, p in named]
+            optimizer = self.optimizer_factory([p for _, p in named])
+            gen = torch.Generator().manual_seed(seed + 2)
+            for _ in range(2):
+                for _, p in named:
+                    p.grad = torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype)
+                optimizer.step()
+            return [(n, p.detach() - b) for (n, p), b in zip(named, before)]
 
         @staticmethod
         def _input(x, dtype, seed, nudge):
@@ -134,6 +149,8 @@ def make(native):
                 parts.append(f"submodules computing {rule.name} -> opfuse.nn.{rule.python_module}")
             if rule.python_fx:
                 parts.append(f"torch.fx: {len(rule.python_fx)} chain pattern(s) in forwards")
+            if rule.python_optimizer:
+                parts.append(f"torch.optim.{rule.python_optimizer} -> opfuse.optim.{rule.python_optimizer}")
             if not parts:
                 return []
 
@@ -149,11 +166,22 @@ def make(native):
                 places += rewrite.swap_modules(self.model, rule, self.calls)
             if rule.python_fx:
                 places += rewrite.rewrite_forwards(self.model, rule, self.rules, self.calls, self.not_traced)
+            if rule.python_optimizer:
+                places += self._swap_optimizer(rule.python_optimizer)
             if places:
                 self.applied.append(rule.name)
                 self.optimizer = self.optimizer_factory(self.model.parameters())
                 self._ddp = None
             return places
+
+        def _swap_optimizer(self, name):
+            """1 when the factory builds a torch.optim.<name> that opfuse.optim.<name> can take over
+            (same param groups and options), which the factory then builds instead; else 0."""
+            fused = optim.fused_factory(self.optimizer_factory)
+            if type(fused(self.model.parameters())) is not getattr(optim, name, None):
+                return 0
+            self.optimizer_factory = fused
+            return 1
 
         def set_profiling(self, on):
             for h in self._hooks:

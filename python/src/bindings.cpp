@@ -69,11 +69,16 @@ class PyWorkload : public Workload {
   Probe probe(at::ScalarType dtype, uint64_t seed, double nudge) override {
     py::gil_scoped_acquire gil;
     py::object torch_dtype = py::module_::import("torch").attr(dtype_name(dtype));
-    const auto got = override_of("probe")(torch_dtype, seed, nudge)
-                         .cast<std::pair<std::vector<at::Tensor>, std::vector<std::pair<std::string, std::optional<at::Tensor>>>>>();
+    using Named = std::vector<std::pair<std::string, std::optional<at::Tensor>>>;
+    // (outputs, grads) or (outputs, grads, updates): the optimizer step's updates are optional.
+    const py::tuple got = override_of("probe")(torch_dtype, seed, nudge);
+    if (got.size() != 2 && got.size() != 3)
+      throw std::invalid_argument("Workload.probe must return (outputs, grads) or (outputs, grads, updates)");
     Probe p;
-    p.outputs = got.first;
-    for (const auto& [n, t] : got.second) p.grads.emplace_back(n, t.value_or(at::Tensor()));
+    p.outputs = got[0].cast<std::vector<at::Tensor>>();
+    for (const auto& [n, t] : got[1].cast<Named>()) p.grads.emplace_back(n, t.value_or(at::Tensor()));
+    if (got.size() == 3)
+      for (const auto& [n, t] : got[2].cast<Named>()) p.updates.emplace_back(n, t.value_or(at::Tensor()));
     return p;
   }
 
@@ -237,6 +242,7 @@ PYBIND11_MODULE(_C, m) {
                              })
       .def_property_readonly("python_module", [](const opfuse::analyze::Rule& r) { return r.python.module; })
       .def_property_readonly("python_fx", [](const opfuse::analyze::Rule& r) { return r.python.fx; })
+      .def_property_readonly("python_optimizer", [](const opfuse::analyze::Rule& r) { return r.python.optimizer; })
       .def("matches_whole", &matches_whole, py::arg("ops"),
            "whether one of the rule's patterns matches exactly this chain of op names")
       .def("__repr__", [](const opfuse::analyze::Rule& r) { return "<opfuse rule " + r.name + ">"; });

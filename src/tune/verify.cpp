@@ -1,5 +1,5 @@
-// Verification of a rewritten workload against its baseline: outputs and every parameter
-// gradient, in float64 and in float32.
+// Verification of a rewritten workload against its baseline: outputs, every parameter gradient
+// and (where the workload reports it) one optimizer step's update, in float64 and in float32.
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -39,6 +39,15 @@ double largest_magnitude(const Probe& ref) {
   return m;
 }
 
+// The optimizer's updates are on their own scale (a learning rate's worth of the parameters), so
+// they get their own floor: against the gradients' they would pass whatever the step did.
+double largest_update(const Probe& ref) {
+  double m = 0;
+  for (const auto& [name, t] : ref.updates)
+    if (t.defined()) m = std::max(m, max_abs(t));
+  return m;
+}
+
 std::string shape_of(const at::Tensor& t) { return fmt::format("{}", fmt::join(t.sizes(), "x")); }
 
 // Compares every tensor of `got` with `ref`; `noise`, when given, is the reference run on a
@@ -53,23 +62,34 @@ std::string compare(const Probe& got, const Probe& ref, const Probe* noise, doub
       return fmt::format("output shape {} instead of {}", shape_of(got.outputs[i]), shape_of(ref.outputs[i]));
   if (got.grads.size() != ref.grads.size())
     return fmt::format("{} parameters instead of {}", got.grads.size(), ref.grads.size());
-  const double floor = largest_magnitude(ref);
-  auto score = [&](const std::string& what, const at::Tensor& g, const at::Tensor& r, const at::Tensor* n) {
+  if (got.updates.size() != ref.updates.size())
+    return fmt::format("an optimizer step updates {} parameters instead of {}", got.updates.size(), ref.updates.size());
+  auto score = [&](const std::string& what, const at::Tensor& g, const at::Tensor& r, const at::Tensor* n, double floor) {
     const double scale = max_abs(r), deviation = max_abs_diff(g, r);
     const double allowance = tolerance * (scale + floor) + (n ? kRoundingFactor * max_abs_diff(*n, r) : 0);
     const double margin = allowance > 0 ? deviation / allowance : (deviation > 0 ? INFINITY : 0);
     if (margin > v.margin || v.worst.empty()) v.margin = margin, v.worst = fmt::format("{} ({})", what, precision);
     if (scale + floor > 0) error = std::max(error, deviation / (scale + floor));
   };
+  const double floor = largest_magnitude(ref);
   for (size_t i = 0; i < ref.outputs.size(); ++i)
     score(ref.outputs.size() == 1 ? "output" : fmt::format("output {}", i), got.outputs[i], ref.outputs[i],
-          noise ? &noise->outputs[i] : nullptr);
+          noise ? &noise->outputs[i] : nullptr, floor);
   for (size_t i = 0; i < ref.grads.size(); ++i) {
     const auto& [name, want] = ref.grads[i];
     const at::Tensor& have = got.grads[i].second;
     if (want.defined() != have.defined())
       return fmt::format("gradient of {} is {}", name, have.defined() ? "no longer zero" : "missing");
-    if (want.defined()) score("gradient of " + name, have, want, noise ? &noise->grads[i].second : nullptr);
+    if (want.defined()) score("gradient of " + name, have, want, noise ? &noise->grads[i].second : nullptr, floor);
+  }
+  const double update_floor = largest_update(ref);
+  for (size_t i = 0; i < ref.updates.size(); ++i) {
+    const auto& [name, want] = ref.updates[i];
+    const at::Tensor& have = got.updates[i].second;
+    if (want.defined() != have.defined() || (want.defined() && want.sizes() != have.sizes()))
+      return fmt::format("the optimizer step's update of {} is {}", name, have.defined() ? "of another shape" : "missing");
+    if (want.defined())
+      score("optimizer update of " + name, have, want, noise ? &noise->updates[i].second : nullptr, update_floor);
   }
   return "";
 }

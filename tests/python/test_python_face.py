@@ -190,6 +190,46 @@ def test_llama_rms_norm_and_swiglu_are_replaced_and_verified_with_module_paths(t
     assert any(w.startswith("layers.0.") and w.endswith("_norm") for w in wheres), wheres
 
 
+def adamw_by_dim(params):
+    """AdamW as Llama recipes build it: matrices decayed, norms not."""
+    params = list(params)
+    return torch.optim.AdamW([dict(params=[p for p in params if p.dim() >= 2], weight_decay=0.1),
+                              dict(params=[p for p in params if p.dim() < 2], weight_decay=0.0)], lr=3e-3)
+
+
+def test_torchs_adamw_is_swapped_for_the_fused_one_after_its_step_verifies(tmp_path):
+    model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
+    result = opfuse.tune(model, inputs, loss, adamw_by_dim, out=str(tmp_path / "adamw"), **QUICK)
+    adamw = next(r for r in result.replacements if r.rule == "fused_adamw")
+    assert adamw.verified and adamw.kept and adamw.places == 1, adamw
+    optimizer = result.optimizer(result.model.parameters())
+    reference = adamw_by_dim(result.model.parameters())
+    assert type(optimizer) is opfuse.optim.AdamW
+    assert optimizer.state_dict()["param_groups"] == reference.state_dict()["param_groups"]
+    # The tuned run's trace steps the parameters in one op per group, not torch's per-tensor loop.
+    an = opfuse.analyze(str(tmp_path / "adamw" / "tuned.trace.json"))
+    assert not any(f["rule"] == "fused_adamw" for f in an.findings)
+
+
+def test_an_optimizer_whose_step_is_off_fails_verification(tmp_path, monkeypatch):
+    class Sloppy(opfuse.optim.AdamW):
+        """One step in a thousand too long: invisible beside the gradients, not beside the updates."""
+        def step(self, closure=None):
+            for g in self.param_groups:
+                g["lr"] *= 1.001
+            super().step(closure)
+            for g in self.param_groups:
+                g["lr"] /= 1.001
+
+    monkeypatch.setattr(opfuse.optim, "AdamW", Sloppy)
+    model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
+    result = opfuse.tune(model, inputs, loss, adamw_by_dim, out=str(tmp_path / "sloppy"), **QUICK)
+    adamw = next(r for r in result.replacements if r.rule == "fused_adamw")
+    assert not adamw.verified and not adamw.kept, adamw
+    assert "optimizer update of" in adamw.why, adamw.why
+    assert type(result.optimizer(result.model.parameters())) is torch.optim.AdamW
+
+
 def test_gpt_attention_written_as_mingpt_writes_it_is_replaced_and_verified(tmp_path):
     model, inputs, loss = gpt.factory(batch_size=2, seq_len=32, n_embd=64, dropout=0.1, seed=SEED)
     result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "gpt"), **QUICK)

@@ -59,6 +59,40 @@ TEST(Verify, AnUnchangedModelHasNoError) {
   EXPECT_EQ(v.float64_error, 0);
 }
 
+// A workload reduced to its probe: a fixed output and gradient, and an optimizer step of
+// learning-rate size whose update is off by `update_error` (relative).
+class StepOnly : public Workload {
+ public:
+  explicit StepOnly(double update_error) : update_error_(update_error) {}
+  std::string name() const override { return "step only"; }
+  std::string describe() const override { return ""; }
+  int64_t samples_per_step() const override { return 1; }
+  std::shared_ptr<Workload> clone() const override { return std::make_shared<StepOnly>(update_error_); }
+  double step() override { return 0; }
+  Probe probe(at::ScalarType dtype, uint64_t seed, double nudge) override {
+    at::Tensor w = torch::linspace(-1, 1, 64, torch::dtype(dtype));
+    w = w * (1 + nudge * torch::sin(w * 1000));  // a rounding-sized nudge
+    const at::Tensor update = -1e-3 * w.sign() * (1 + update_error_);
+    return {{w * 2}, {{"w", w}}, {{"w", update}}};
+  }
+  std::vector<Rewrite> rewrites_for(const analyze::Rule&) const override { return {}; }
+  std::vector<std::string> save(const std::string&) const override { return {}; }
+
+ private:
+  double update_error_;
+};
+
+TEST(Verify, AnOptimizerStepIsJudgedOnItsOwnScale) {
+  // A 1e-4 relative error in the update is 1e-7 absolute: nothing beside gradients of size 1,
+  // but a wrong step on the update's own scale.
+  const Verdict right = verify(StepOnly(0), StepOnly(0), 1);
+  EXPECT_TRUE(right.passed) << right.error;
+  const Verdict wrong = verify(StepOnly(0), StepOnly(1e-4), 1);
+  EXPECT_FALSE(wrong.passed);
+  EXPECT_EQ(wrong.worst, "optimizer update of w (float64)");
+  EXPECT_NE(rejection(wrong).find("optimizer update of w"), std::string::npos) << rejection(wrong);
+}
+
 TEST(Verify, FusedSwishAndGateAgreeWithTheReference) {
   const TuneOptions o = tiny();
   SCOPED_TRACE("seed " + std::to_string(o.seed));
