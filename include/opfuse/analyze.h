@@ -73,6 +73,7 @@ struct GraphRewrite {
 struct PythonRewrite {
   std::string module;
   std::vector<GraphRewrite> fx;
+  std::string optimizer;  // a class of opfuse.optim that takes the place of torch.optim's of that name
 };
 
 struct Rule {
@@ -155,6 +156,9 @@ struct Summary {
   double duration_us = 0;
   int64_t steps = 0;
   double step_us = 0;  // median ProfilerStep duration (0 without steps)
+  // Where the steps came from: "ProfilerStep" (the trace's markers), "given" (Options::steps:
+  // then step_us is the span over the steps), or "" (none known: times are totals).
+  std::string steps_from;
   bool has_device = false;
   int64_t rank = -1;                // the trace's distributedInfo rank, or -1
   std::vector<DeviceTime> devices;  // busiest first
@@ -227,6 +231,9 @@ struct Options {
   Measure measure;  // empty: every saving comes from the bandwidth model
   int min_chain_occurrences = 2;
   bool timeline = false;  // also lay out one step for the HTML page (costs a pass and its slices)
+  // How many training steps the trace holds, for a trace without ProfilerStep markers (0: not
+  // known, times stay totals). A trace whose markers count otherwise is refused.
+  int64_t steps = 0;
 };
 
 Analysis analyze(const trace::Trace& trace, const std::string& path, const std::vector<Rule>& rules,

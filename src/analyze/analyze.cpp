@@ -1,6 +1,9 @@
 // Trace → Analysis: the summary and op table here; findings in findings.cpp.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <exception>
+#include <stdexcept>
 #include <thread>
 
 #include "analyze/findings.h"
@@ -13,7 +16,20 @@ using trace::Kind;
 using trace::Model;
 using trace::Trace;
 
-Summary summarise(const Trace& t, const Model& m, const std::string& path, Backend backend) {
+// The steps the user says the trace holds stand in for markers it lacks; markers that disagree
+// mean the wrong trace or the wrong count, and say so.
+void take_given_steps(Summary& s, int64_t given) {
+  if (given <= 0) return;
+  if (s.steps > 0 && s.steps != given)
+    throw std::invalid_argument(fmt::format("{}: the trace marks {} steps (ProfilerStep#), not the {} given with --steps",
+                                            s.path, s.steps, given));
+  if (s.steps > 0) return;
+  s.steps = given;
+  s.step_us = s.duration_us / static_cast<double>(given);
+  s.steps_from = "given";
+}
+
+Summary summarise(const Trace& t, const Model& m, const std::string& path, Backend backend, int64_t given_steps) {
   Summary s;
   s.path = path;
   s.dialect = trace::dialect_name(t.dialect);
@@ -35,6 +51,8 @@ Summary summarise(const Trace& t, const Model& m, const std::string& path, Backe
   for (int32_t i : m.steps) steps.push_back(t.events[i].dur);
   s.steps = static_cast<int64_t>(steps.size());
   s.step_us = median(steps);
+  if (s.steps > 0) s.steps_from = "ProfilerStep";
+  take_given_steps(s, given_steps);
   s.has_device = !m.device_lanes.empty();
   s.rank = t.rank;
   s.devices = device_time(t, m);
@@ -88,7 +106,7 @@ Analysis analyze(const Trace& trace, const std::string& path, const std::vector<
   std::exception_ptr failed;
   std::thread tables([&] {
     try {
-      a.trace = summarise(trace, model, path, options.backend);
+      a.trace = summarise(trace, model, path, options.backend, options.steps);
       a.ops = op_table(trace, model);
       a.modules = module_time(trace, model);
       a.kernels = kernel_table(trace, model);

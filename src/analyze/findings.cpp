@@ -304,6 +304,19 @@ struct Finder {
     }
   }
 
+  // What to do about a mined chain: which kernel would replace it, over what. Its ops share one
+  // input shape (that is how they were mined), so one elementwise pass over it does their work.
+  std::string chain_advice(const Match& mt) {
+    const Event& first = t.events[mt.ops[0]];
+    const std::string& types = t.strings[first.types];
+    const std::string dtype = types.substr(0, types.find(';'));
+    const Shape* shape = op_shapes(mt.ops[0]).single;
+    return fmt::format("elementwise kernel over [{}]{}, its {} ops in one pass (no rule names one yet: write it, "
+                       "or name an existing op in a rule of your own, --rules FILE)",
+                       shape ? fmt::format("{}", fmt::join(*shape, ", ")) : "?", dtype.empty() ? "" : " " + dtype,
+                       mt.ops.size());
+  }
+
   // The single shape of an unclaimed elementwise op's tensor inputs, or null.
   const Shape* run_shape(int32_t e) {
     if (!elementwise[name_of_op[e]]) return nullptr;
@@ -454,7 +467,6 @@ void describe(Finding& f, const Match& mt, Backend backend) {
     f.kind = "mined";
     f.mined = true;
     f.pattern = mt.key;
-    f.replacement = "one fused elementwise kernel (no rule names it yet)";
   }
 }
 
@@ -522,6 +534,7 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
       Tally& tally = it->second;
       Finding& f = tally.f;
       if (fresh) describe(f, mt, options.backend);
+      if (fresh && f.mined) f.replacement = finder.chain_advice(mt);
       std::string how;
       const double t = finder.match_time(mt);
       const double fused = finder.fused_time(mt, how);

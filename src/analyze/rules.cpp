@@ -78,8 +78,9 @@ Rule parse_opfuse_rule(const std::string& name, const YAML::Node& n) {
                                scalar(name, g["replacement"], "a torchscript replacement")});
   }
   if (const YAML::Node py = n["python"]) {
-    if (!py.IsMap()) fail(name, py, "python must be a map with module and/or fx");
+    if (!py.IsMap()) fail(name, py, "python must be a map with module, fx and/or optimizer");
     if (py["module"]) r.python.module = scalar(name, py["module"], "a python module class");
+    if (py["optimizer"]) r.python.optimizer = scalar(name, py["optimizer"], "an opfuse.optim class");
     if (const YAML::Node fx = py["fx"]) {
       if (!fx.IsSequence()) fail(name, fx, "python fx must be a list of {pattern, replacement}");
       for (const auto& g : fx)

@@ -29,6 +29,7 @@ struct AnalyzeArgs {
   bool no_default_rules = false;
   std::string backend = "auto";
   int top = 15;
+  int64_t steps = 0;  // the training steps a trace without ProfilerStep markers holds
   std::string json, html;
   bool force = false, measure = false, all = false;
 };
@@ -40,6 +41,7 @@ analyze::Analysis analyze_one(const std::string& path, const AnalyzeArgs& args, 
         "{}: not a trace opfuse recognises (no cpu_op, Operator, kernel, CANN or legacy-profiler events) at byte 0", path));
   analyze::Options options;
   options.timeline = !args.html.empty();  // only the page draws it
+  options.steps = args.steps;
   options.backend = args.backend == "auto" ? analyze::detect_backend(t) : analyze::parse_backend(args.backend);
   // Timing an opfuse op here only says something about a CPU trace taken on a CPU like this one,
   // and loading LibTorch to do it costs more than the whole analysis, so it is asked for.
@@ -205,6 +207,10 @@ Run add_analyze(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda", "npu"}));
   cmd->add_option("--top", args->top, "rows per table")->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--steps", args->steps,
+                  "the training steps each trace holds, when it has no ProfilerStep markers: times are then per step "
+                  "(without markers or this, they are totals over the trace)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_flag("--all", args->all,
                 "also list the findings with no estimated saving (always in --json and --html, sorted last)");
   cmd->add_option("--json", args->json,

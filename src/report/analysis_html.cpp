@@ -172,7 +172,9 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     const grid = el("div", { class: "meta" },
       meta("dialect", str(trace.dialect) || "–"), meta("backend", str(trace.backend) || "–"),
       meta("events", count(trace.events)), meta("duration", `${ms(trace.duration_us)} ms`),
-      meta("steps", count(trace.steps)), meta("step time (traced)", `${ms(trace.step_us)} ms`),
+      meta("steps", trace.steps > 0 ? `${count(trace.steps)}${trace.steps_from === "given" ? " (given)" : ""}` :
+        "none marked: times are totals"),
+      meta("step time (traced)", trace.steps > 0 ? `${ms(trace.step_us)} ms` : "–"),
       meta("skipped events", count(trace.skipped_events), trace.skipped_events > 0));
     if (device) {
       const per = device.per === "step" ? " per step" : "";
@@ -187,29 +189,29 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     const onDevice = backend !== "cpu" && ops.some((o) => isNum(o.device_us) && o.device_us > 0);
     const key = onDevice ? "device_us" : "self_us";
     const bySelf = [...ops].sort((a, b) => (b[key] || 0) - (a[key] || 0));
-    const rows = bySelf.slice(0, 15).map((o) => ({ label: str(o.name), value: o[key] }));
+    const rows = bySelf.slice(0, 15).map((o) => ({ label: str(o.name), value: perStep(o[key]) }));
     const rest = bySelf.slice(15).reduce((sum, o) => sum + (isNum(o[key]) ? o[key] : 0), 0);
-    if (rest > 0) rows.push({ label: `other (${bySelf.length - 15} ops)`, value: rest, colour: "var(--other)" });
-    const s = section("Where the time goes", onDevice ? "Device time per op (the kernels each op launched), top 15." :
-      "Self time per op (time not spent in child ops), top 15.");
+    if (rest > 0) rows.push({ label: `other (${bySelf.length - 15} ops)`, value: perStep(rest), colour: "var(--other)" });
+    const s = section("Where the time goes", onDevice ? `Device time per op (the kernels each op launched, ${UNIT}), top 15.` :
+      `Self time per op (time not spent in child ops, ${UNIT}), top 15.`);
     s.append(rows.length ? barChart(rows) : el("p", { class: "muted" }, "No ops in this trace."));
   }
 
   function renderFindings(findings) {
-    const s = section("Findings", "Estimated saving if each pattern were replaced by its fused op.");
+    const s = section("Findings", `Estimated saving if each pattern were replaced by its fused op (${UNIT}).`);
     if (!findings.length) {
       s.append(el("p", { class: "muted" }, "No fusable patterns found."));
       return;
     }
     const bySaving = [...findings].sort((a, b) => (b.est_saving_us || 0) - (a.est_saving_us || 0));
-    s.append(barChart(bySaving.map((f) => ({ label: findingLabel(f), value: f.est_saving_us, colour: "var(--save)" }))));
+    s.append(barChart(bySaving.map((f) => ({ label: findingLabel(f), value: perStep(f.est_saving_us), colour: "var(--save)" }))));
     const columns = [{ title: "rule" }, { title: "pattern" }, { title: "replacement" }, { title: "backend" },
-      { title: "occurrences", num: true }, { title: "time (ms)", num: true }, { title: "est. saving (ms)", num: true },
-      { title: "locations" }];
+      { title: "occurrences", num: true }, { title: `time (${UNIT})`, num: true },
+      { title: `est. saving (${UNIT})`, num: true }, { title: "locations" }];
     const rows = findings.map((f) => ({
       attrs: { class: "finding", "data-rule": str(f.rule) },
       cells: [str(f.rule) || str(f.kind), str(f.pattern), str(f.replacement) || "–", str(f.backend),
-        count(f.occurrences), ms(f.time_us), ms(f.est_saving_us), locations(f)],
+        count(f.occurrences), ms(perStep(f.time_us)), ms(perStep(f.est_saving_us)), locations(f)],
     }));
     s.append(el("h3", {}, "All findings"), table(columns, rows));
   }
@@ -220,12 +222,12 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     const s = section("Top ops", `By self time; ${Math.min(TOP, ops.length)} of ${ops.length} ops.`);
     if (!bySelf.length) return;
     const hasDevice = ops.some((o) => isNum(o.device_us));
-    const columns = [{ title: "name" }, { title: "count", num: true }, { title: "total ms", num: true },
-      { title: "self ms", num: true }, { title: "mean us", num: true }];
-    if (hasDevice) columns.push({ title: "device ms", num: true });
+    const columns = [{ title: "name" }, { title: "calls (trace)", num: true }, { title: `total (${UNIT})`, num: true },
+      { title: `self (${UNIT})`, num: true }, { title: "mean us", num: true }];
+    if (hasDevice) columns.push({ title: `device (${UNIT})`, num: true });
     s.append(table(columns, bySelf.map((o) => {
-      const cells = [str(o.name), count(o.count), ms(o.total_us), ms(o.self_us), fixed(o.mean_us, 2)];
-      if (hasDevice) cells.push(ms(o.device_us));
+      const cells = [str(o.name), count(o.count), ms(perStep(o.total_us)), ms(perStep(o.self_us)), fixed(o.mean_us, 2)];
+      if (hasDevice) cells.push(ms(perStep(o.device_us)));
       return { cells };
     })));
   }
@@ -690,6 +692,11 @@ constexpr std::string_view kPage = R"page(<!doctype html>
   }
 
   const trace = data.trace || {};
+  // Findings and ops are per step where the trace's steps are known (the figure to hold against
+  // step time), else whole-trace totals, and every column says which.
+  const STEPS = isNum(trace.steps) && trace.steps > 0 ? trace.steps : 0;
+  const UNIT = STEPS ? "ms/step" : "ms, whole trace";
+  const perStep = (us) => (isNum(us) && STEPS ? us / STEPS : us);
   const ops = list(data.ops);
   document.title = `opfuse analysis: ${str(trace.path) || "trace"}`;
   renderHeader(trace, data.device);

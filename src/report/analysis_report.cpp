@@ -26,7 +26,12 @@ std::string places(const Finding& f, size_t show) {
 
 std::string clip(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n - 3) + "..."; }
 
-nlohmann::json finding_json(const Finding& f, analyze::Backend backend) {
+// us over the trace's steps, or null when it has none: JSON says per step only where it knows.
+nlohmann::json per_step_json(int64_t steps, double us) {
+  return steps > 0 ? nlohmann::json(us / static_cast<double>(steps)) : nlohmann::json(nullptr);
+}
+
+nlohmann::json finding_json(const Finding& f, analyze::Backend backend, int64_t steps) {
   nlohmann::json locations = nlohmann::json::array();
   for (const auto& l : f.locations) locations.push_back({{"location", l.where}, {"count", l.count}});
   return {{"rule", f.rule},
@@ -36,15 +41,17 @@ nlohmann::json finding_json(const Finding& f, analyze::Backend backend) {
           {"backend", analyze::backend_name(backend)},
           {"occurrences", f.occurrences},
           {"ops", f.ops},
-          {"time_us", f.time_us},
+          {"time_us", f.time_us},  // over the whole trace
           {"est_saving_us", f.est_saving_us},
+          {"time_us_per_step", per_step_json(steps, f.time_us)},
+          {"est_saving_us_per_step", per_step_json(steps, f.est_saving_us)},
           {"estimate", f.estimate},
           {"locations", locations}};
 }
 
-nlohmann::json findings_json(const std::vector<Finding>& findings, analyze::Backend backend) {
+nlohmann::json findings_json(const std::vector<Finding>& findings, analyze::Backend backend, int64_t steps) {
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& f : findings) out.push_back(finding_json(f, backend));
+  for (const auto& f : findings) out.push_back(finding_json(f, backend, steps));
   return out;
 }
 
@@ -55,6 +62,7 @@ nlohmann::json summary_json(const analyze::Summary& s) {
           {"events", s.events},
           {"duration_us", s.duration_us},
           {"steps", s.steps},
+          {"steps_from", s.steps_from},
           {"step_us", s.step_us},
           {"skipped_events", s.skipped},
           {"overlapping_events", s.overlapping},
@@ -131,6 +139,8 @@ nlohmann::json ops_json(const Analysis& a) {
                           {"count", o.count},
                           {"total_us", o.total_us},
                           {"self_us", o.self_us},
+                          {"total_us_per_step", per_step_json(a.trace.steps, o.total_us)},
+                          {"self_us_per_step", per_step_json(a.trace.steps, o.self_us)},
                           {"mean_us", o.total_us / static_cast<double>(std::max<int64_t>(1, o.count))}};
     row["device_us"] = a.trace.has_device ? nlohmann::json(o.device_us) : nlohmann::json(nullptr);
     ops.push_back(row);
@@ -147,7 +157,12 @@ std::string format_analysis(const Analysis& a, int top, bool all) {
   if (s.skipped > 0) out += fmt::format(" ({} skipped as unusable)", s.skipped);
   if (s.overlapping > 0) out += fmt::format(" ({} overlapping slices left out of the op trees)", s.overlapping);
   out += fmt::format("\nspan      {} ms", ms(s.duration_us));
-  if (s.steps > 0) out += fmt::format(", {} step{}, {} ms per step (median)", s.steps, s.steps == 1 ? "" : "s", ms(s.step_us));
+  if (s.steps_from == "given")
+    out += fmt::format(", {} step{} (--steps), {} ms per step (the span over them)", s.steps, s.steps == 1 ? "" : "s", ms(s.step_us));
+  else if (s.steps > 0)
+    out += fmt::format(", {} step{}, {} ms per step (median)", s.steps, s.steps == 1 ? "" : "s", ms(s.step_us));
+  else
+    out += " (no ProfilerStep markers: times are totals over the trace; --steps N divides them)";
   for (const auto& d : s.devices) out += format_device(d);
   out += "\n";
   for (const auto& w : s.warnings) out += "warning: " + w + "\n";
@@ -155,14 +170,16 @@ std::string format_analysis(const Analysis& a, int top, bool all) {
   std::vector<Row> rows;
   for (size_t i = 0; i < a.ops.size() && static_cast<int>(i) < top; ++i) {
     const auto& o = a.ops[i];
-    Row r{clip(o.name, 60), std::to_string(o.count), ms(o.total_us), ms(o.self_us),
+    Row r{clip(o.name, 60), std::to_string(o.count), ms(per_step(a, o.total_us)), ms(per_step(a, o.self_us)),
           fmt::format("{:.1f}", o.total_us / static_cast<double>(o.count))};
-    if (s.has_device) r.push_back(ms(o.device_us));
+    if (s.has_device) r.push_back(ms(per_step(a, o.device_us)));
     rows.push_back(r);
   }
-  Row header{"op", "count", "total ms", "self ms", "mean us"};
+  Row header{"op", "calls", "total ms", "self ms", "mean us"};
   if (s.has_device) header.push_back("device ms");
-  out += fmt::format("\ntop {} ops by self time\n", rows.size()) + format_table(header, rows);
+  out += fmt::format("\ntop {} ops by self time (calls over the trace; ms {})\n", rows.size(),
+                     s.steps > 0 ? "per step" : "in the trace") +
+         format_table(header, rows);
 
   // Findings come sorted by saving, so those that save nothing are the tail: a fusion that
   // saves nothing is no advice, and would read as one when it is the only row.
@@ -180,6 +197,9 @@ std::string format_analysis(const Analysis& a, int top, bool all) {
     out += format_table({"rule", "replacement", "occurrences", "time ms", "est. saving ms", "estimate", "where"}, rows);
   if (listed < a.findings.size())
     out += fmt::format("{} with no estimated saving not listed (--all lists them)\n", a.findings.size() - listed);
+  // An unnamed chain's advice is too long for its cell, and is the part to act on.
+  for (size_t i = 0; i < listed && static_cast<int>(i) < top; ++i)
+    if (a.findings[i].mined) out += fmt::format("unnamed chain {}: {}\n", a.findings[i].pattern, a.findings[i].replacement);
   return out;
 }
 
@@ -245,7 +265,7 @@ nlohmann::json analysis_json(const Analysis& a) {
           {"ops", ops_json(a)},
           {"device", device},
           {"devices", devices},
-          {"findings", findings_json(a.findings, a.trace.backend)},
+          {"findings", findings_json(a.findings, a.trace.backend, a.trace.steps)},
           {"modules", modules_json(a)},
           {"kernels", kernels_json(a)},
           {"diff", nullptr}};
@@ -261,12 +281,13 @@ void add_diff(nlohmann::json& analysis, const analyze::Diff& d, const Analysis& 
                    {"total_us_after", c.total_us_after}});
   nlohmann::json after_json = analysis_json(after);
   after_json.erase("diff");
+  const int64_t steps_before = analysis["trace"].value("steps", int64_t{0});
   analysis["diff"] = {{"after", after_json},
                       {"step_us_before", d.step_us_before},
                       {"step_us_after", d.step_us_after},
                       {"ops", ops},
-                      {"findings_vanished", findings_json(d.vanished, after.trace.backend)},
-                      {"findings_appeared", findings_json(d.appeared, after.trace.backend)}};
+                      {"findings_vanished", findings_json(d.vanished, after.trace.backend, steps_before)},
+                      {"findings_appeared", findings_json(d.appeared, after.trace.backend, after.trace.steps)}};
 }
 
 }  // namespace opfuse::report

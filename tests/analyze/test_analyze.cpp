@@ -264,6 +264,8 @@ TEST(Analyze, FindsRulesByShapeAndLocatesThemByModule) {
   ASSERT_NE(mined, nullptr);
   EXPECT_TRUE(mined->mined);
   EXPECT_EQ(mined->occurrences, 2);
+  // What to do about it: the kernel that would replace it, over what.
+  EXPECT_EQ(mined->replacement.substr(0, 60), "elementwise kernel over [3, 5] float, its 2 ops in one pass ");
 }
 
 TEST(Analyze, OpTableAndDeviceTime) {

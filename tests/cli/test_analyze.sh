@@ -208,4 +208,37 @@ expect_usage_error analyze "$tmp/ranks" "$tmp/gpu.json"
 grep -q "a folder of ranks is analysed alone" "$tmp/err"
 expect_usage_error analyze "$tmp/nothing*.json"
 grep -q "no trace matches" "$tmp/err"
+
+# Units: without ProfilerStep markers times are totals, said so; --steps N makes them per step,
+# in the tables and in JSON; a count that contradicts the markers is refused.
+/usr/bin/python3 - "$tmp/memory-efficient.json" "$tmp/unmarked.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+events = t["traceEvents"] if isinstance(t, dict) else t
+kept = [e for e in events if not str(e.get("name", "")).startswith("ProfilerStep#")]
+assert len(kept) < len(events)
+json.dump({"traceEvents": kept} if isinstance(t, dict) else kept, open(sys.argv[2], "w"))
+PY
+"$opfuse" analyze "$tmp/unmarked.json" --json "$tmp/total.json" > "$tmp/total.txt"
+grep -q "no ProfilerStep markers: times are totals over the trace" "$tmp/total.txt"
+grep -q "^findings: .*times in the trace" "$tmp/total.txt"
+"$opfuse" analyze "$tmp/unmarked.json" --steps 2 --json "$tmp/per.json" --html "$tmp/per.html" > "$tmp/per.txt"
+grep -q ", 2 steps (--steps), .* ms per step" "$tmp/per.txt"
+grep -q "^findings: .*times per step" "$tmp/per.txt"
+grep -q "ms per step)" "$tmp/per.txt"
+/usr/bin/python3 - "$tmp/total.json" "$tmp/per.json" <<'PY'
+import json, sys
+total, per = (json.load(open(p)) for p in sys.argv[1:])
+assert total["trace"]["steps"] == 0 and total["trace"]["steps_from"] == ""
+assert per["trace"]["steps"] == 2 and per["trace"]["steps_from"] == "given"
+assert abs(per["trace"]["step_us"] - per["trace"]["duration_us"] / 2) < 1e-6
+for a, b in zip(total["findings"], per["findings"]):
+    assert a["time_us_per_step"] is None and a["time_us"] == b["time_us"]
+    assert abs(b["time_us_per_step"] - b["time_us"] / 2) < 1e-6 and abs(b["est_saving_us_per_step"] - b["est_saving_us"] / 2) < 1e-6
+op = per["ops"][0]
+assert abs(op["self_us_per_step"] - op["self_us"] / 2) < 1e-6 and total["ops"][0]["self_us_per_step"] is None
+PY
+expect_usage_error analyze "$tmp/memory-efficient.json" --steps 3
+grep -q "marks 2 steps (ProfilerStep#), not the 3 given with --steps" "$tmp/err"
+"$opfuse" analyze "$tmp/memory-efficient.json" --steps 2 | grep -q ", 2 steps, .* ms per step (median)"
 echo ok
