@@ -33,6 +33,7 @@ nlohmann::json finding_json(const Finding& f, analyze::Backend backend) {
           {"kind", f.kind},
           {"pattern", f.pattern},
           {"replacement", f.replacement},
+          {"shape_unknown", f.shape_unknown},
           {"backend", analyze::backend_name(backend)},
           {"occurrences", f.occurrences},
           {"ops", f.ops},
