@@ -109,6 +109,7 @@ struct Location {
 struct Finding {
   std::string rule, kind, pattern, replacement;
   bool mined = false;         // an unnamed chain found by the miner, not by a rule
+  bool shape_unknown = false; // rules that ask for shapes matched a chain without them: `rule` lists them
   int64_t occurrences = 0;
   int64_t ops = 0;            // ops the occurrences cover (wrapper ops included)
   double time_us = 0, est_saving_us = 0;

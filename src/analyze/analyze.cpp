@@ -81,7 +81,10 @@ std::vector<OpStat> op_table(const Trace& t, const Model& m) {
     s.self_us += std::max(0.0, self[i]);
     if (!device.empty()) s.device_us += device[i];
   }
-  std::stable_sort(ops.begin(), ops.end(), [](const OpStat& a, const OpStat& b) { return a.self_us > b.self_us; });
+  // Equal self times by name, so the table does not follow the order the file lists ops in.
+  std::sort(ops.begin(), ops.end(), [](const OpStat& a, const OpStat& b) {
+    return a.self_us != b.self_us ? a.self_us > b.self_us : a.name < b.name;
+  });
   return ops;
 }
 

@@ -101,6 +101,8 @@ struct Match {
   const RulePattern* pattern = nullptr;
   std::vector<int32_t> ops;
   int32_t parent = -1;  // set when the match is every child of this op
+  // Shapes unknown: each rule pattern it may be by its shapes, `rule` the first.
+  std::vector<std::pair<const Rule*, const RulePattern*>> readings;
 };
 
 struct Finder {
@@ -184,16 +186,24 @@ struct Finder {
     return out;
   }
 
-  bool shapes_ok(const std::vector<int32_t>& ops, Shapes want) {
-    if (want == Shapes::any) return true;
+  enum class Verdict { no, yes, unknown };
+
+  // Whether the ops' tensor inputs have the shapes a rule asks for; unknown where an op recorded
+  // none (the legacy profiler records no shapes), so that sigmoid-mul is never called silu or an
+  // SE gate on a guess.
+  Verdict shapes_ok(const std::vector<int32_t>& ops, Shapes want) {
+    if (want == Shapes::any) return Verdict::yes;
     const Shape* first = nullptr;
     bool all_same = true;
-    for (int32_t e : ops)
-      for (const Shape* s : op_shapes(e).shapes) {
+    for (int32_t e : ops) {
+      const OpShapes& known = op_shapes(e);
+      if (known.shapes.empty()) return Verdict::unknown;
+      for (const Shape* s : known.shapes) {
         if (first == nullptr) first = s;
         else if (s != first) all_same = false;
       }
-    return want == Shapes::same ? all_same : (first != nullptr && !all_same);
+    }
+    return (want == Shapes::same) == all_same ? Verdict::yes : Verdict::no;
   }
 
   // --- rule matching -----------------------------------------------------------------------
@@ -220,9 +230,11 @@ struct Finder {
           const size_t len = try_here ? rp.pattern->match(ids.data(), n, i, pattern_names) : 0;
           if (len > 0) {
             std::vector<int32_t> ops(seq + i, seq + i + len);
-            if (acceptable(rule, rp, ops)) {
+            const Verdict v = acceptable(rule, rp, ops);
+            if (v != Verdict::no) {
               for (int32_t e : ops) claimed[e] = 1;
-              Match mt{rule.name, &rule, &rp, std::move(ops)};
+              Match mt{rule.name, &rule, &rp, std::move(ops), -1, {}};
+              if (v == Verdict::unknown) readings_of(k, i, len, mt);
               if (parent >= 0 && len == n) mt.parent = parent;
               out.push_back(std::move(mt));
               i += len;
@@ -232,6 +244,23 @@ struct Finder {
           ++i;
         }
       }
+  }
+
+  // A match whose shapes are unknown names every rule that could claim the same ops by their
+  // shapes (se_gate or silu for sigmoid-mul), in rule order, and no replacement of its own.
+  void readings_of(size_t k, size_t i, size_t len, Match& mt) {
+    mt.readings.push_back(flat[k]);
+    auto named = [&](const Rule* r) {
+      return std::any_of(mt.readings.begin(), mt.readings.end(), [&](const auto& x) { return x.first == r; });
+    };
+    for (size_t j = k + 1; j < flat.size(); ++j) {
+      if (flat[j].second->shapes == Shapes::any || named(flat[j].first)) continue;
+      if (!can_start[j][ids[i]] || flat[j].second->pattern->match(ids.data(), ids.size(), i, name_of[j]) != len) continue;
+      mt.readings.push_back(flat[j]);
+    }
+    mt.key.clear();
+    for (const auto& x : mt.readings) mt.key += (mt.key.empty() ? "" : " or ") + x.first->name;
+    mt.key += " (shape unknown)";
   }
 
   // Which op names each pattern can begin with, decided once per name rather than per op.
@@ -259,13 +288,13 @@ struct Finder {
         if (can_start[k][i]) starters[i * words + k / 64] |= uint64_t{1} << (k % 64);
   }
 
-  bool acceptable(const Rule& rule, const RulePattern& rp, const std::vector<int32_t>& ops) {
-    if (std::any_of(ops.begin(), ops.end(), [&](int32_t e) { return claimed[e]; })) return false;
+  Verdict acceptable(const Rule& rule, const RulePattern& rp, const std::vector<int32_t>& ops) {
+    if (std::any_of(ops.begin(), ops.end(), [&](int32_t e) { return claimed[e]; })) return Verdict::no;
     // Inside an op a fusion already took (SwishImplementation, claimed with its BatchNorm).
     for (int32_t x = m.op_parent[ops[0]]; x >= 0; x = m.op_parent[x])
-      if (claimed[x]) return false;
+      if (claimed[x]) return Verdict::no;
     if (rule.min_children > 0 && (ops.size() != 1 || m.child_count(ops[0]) < static_cast<size_t>(rule.min_children)))
-      return false;
+      return Verdict::no;
     return shapes_ok(ops, rp.shapes);
   }
 
@@ -455,9 +484,26 @@ struct Finder {
   }
 };
 
+std::string join(const std::vector<std::string>& parts, const char* separator) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : separator) + p;
+  return out;
+}
+
 // A new finding's rule, kind and replacement, from its first match.
 void describe(Finding& f, const Match& mt, Backend backend) {
-  if (mt.rule != nullptr) {
+  if (!mt.readings.empty()) {
+    f.rule = mt.key;
+    f.kind = mt.rule->kind;
+    f.shape_unknown = true;
+    std::vector<std::string> each;
+    for (const auto& [rule, rp] : mt.readings) {
+      const auto it = rule->replacement.find(backend);
+      each.push_back(fmt::format("{} where {}", it == rule->replacement.end() ? rule->name : it->second,
+                                 rp->shapes == Shapes::same ? "the inputs have one shape" : "an input broadcasts"));
+    }
+    f.replacement = "shape unknown: " + join(each, "; ");
+  } else if (mt.rule != nullptr) {
     f.rule = mt.rule->name;
     f.kind = mt.rule->kind;
     const auto r = mt.rule->replacement.find(backend);
@@ -468,12 +514,6 @@ void describe(Finding& f, const Match& mt, Backend backend) {
     f.mined = true;
     f.pattern = mt.key;
   }
-}
-
-std::string join(const std::vector<std::string>& parts, const char* separator) {
-  std::string out;
-  for (const auto& p : parts) out += (out.empty() ? "" : separator) + p;
-  return out;
 }
 
 // "_blocks.2" before "_blocks.10": digits compare as numbers.

@@ -38,6 +38,7 @@ nlohmann::json finding_json(const Finding& f, analyze::Backend backend, int64_t 
           {"kind", f.kind},
           {"pattern", f.pattern},
           {"replacement", f.replacement},
+          {"shape_unknown", f.shape_unknown},
           {"backend", analyze::backend_name(backend)},
           {"occurrences", f.occurrences},
           {"ops", f.ops},

@@ -19,12 +19,13 @@ bool is_backward_name(const std::string& name) {
 }
 
 // What a name or category says, decided once per string rather than once per event.
-enum NameFlag : uint8_t { step_name = 1, optimizer_name = 2, backward_name = 4, device_annotation = 8 };
+enum NameFlag : uint8_t { step_name = 1, optimizer_name = 2, backward_name = 4, device_annotation = 8, engine_wrapper = 16 };
 
 struct Classifier {
   const Trace& trace;
   std::vector<Kind> by_category;  // per string id; Kind::other for names that are no category
   std::vector<uint8_t> flags;     // per string id: NameFlag bits
+  std::vector<uint32_t> node_of;  // per string id of "autograd::engine::evaluate_function: X": X's id, else 0
   std::vector<int64_t> device_pids;  // Ascend: the "Ascend Hardware" process holds device tasks
   std::vector<int64_t> cann_pids;    // and "CANN" the runtime calls that enqueue them
 
@@ -42,8 +43,20 @@ struct Classifier {
       for (const auto& [name, kind] : table)
         if (s == name) by_category[i] = kind;
       flags[i] = (starts_with(s, "ProfilerStep#") ? step_name : 0) | (starts_with(s, "Optimizer.") ? optimizer_name : 0) |
-                 (is_backward_name(s) ? backward_name : 0) | (s == "gpu_user_annotation" ? device_annotation : 0);
+                 (is_backward_name(s) ? backward_name : 0) | (s == "gpu_user_annotation" ? device_annotation : 0) |
+                 (starts_with(s, "autograd::engine::evaluate_function") ? engine_wrapper : 0);
     }
+    // The wrappers are few: look their nodes' names up in one pass over the strings.
+    constexpr std::string_view kWrapper = "autograd::engine::evaluate_function: ";
+    std::unordered_map<std::string_view, std::vector<uint32_t>> wrappers_of;  // node name → wrapper ids
+    for (size_t i = 0; i < t.strings.size(); ++i)
+      if (flags[i] & engine_wrapper && starts_with(t.strings[i], kWrapper))
+        wrappers_of[std::string_view(t.strings[i]).substr(kWrapper.size())].push_back(static_cast<uint32_t>(i));
+    node_of.assign(t.strings.size(), 0);
+    if (!wrappers_of.empty())
+      for (size_t i = 0; i < t.strings.size(); ++i)
+        if (const auto it = wrappers_of.find(t.strings[i]); it != wrappers_of.end())
+          for (uint32_t w : it->second) node_of[w] = static_cast<uint32_t>(i);
     for (const auto& [pid, name] : t.process_names) {
       if (name == "Ascend Hardware") device_pids.push_back(pid);
       if (name == "CANN") cann_pids.push_back(pid);
@@ -120,10 +133,33 @@ struct Builder {
 
   double end(int32_t i) const { return trace.events[i].ts + trace.events[i].dur; }
 
-  // Parents first: by start, then longest.
+  bool wrapper(int32_t i) const { return classify.flags[trace.events[i].name] & engine_wrapper; }
+
+  // Parents first: by start, then longest. At 1 µs resolution a parent and its child often tie on
+  // both; then the one recorded first holds the other (External id, where the trace has it), and
+  // the autograd engine's evaluate_function holds its node. Only ties on all of these keep file
+  // order, so a trace nests the same whatever order it lists its events in.
   bool before(int32_t a, int32_t b) const {
     const Event &x = trace.events[a], &y = trace.events[b];
-    return x.ts != y.ts ? x.ts < y.ts : x.dur > y.dur;
+    if (x.ts != y.ts) return x.ts < y.ts;
+    if (x.dur != y.dur) return x.dur > y.dur;
+    const int64_t xid = x.external_id < 0 ? INT64_MAX : x.external_id, yid = y.external_id < 0 ? INT64_MAX : y.external_id;
+    if (xid != yid) return xid < yid;
+    return wrapper(a) && !wrapper(b);
+  }
+
+  // Whether the open slice p still holds slice i, which starts at or after p. At whole µs (the
+  // legacy profiler) a short child can start on its parent's end: a zero-length slice there
+  // belongs to the slice that ends there (two zero-length slices at one µs are siblings). And the
+  // autograd engine's "evaluate_function: X" always holds its node X, which the legacy profiler
+  // may put up to a µs past the wrapper's end.
+  bool holds(int32_t p, int32_t i) const {
+    const double ts = trace.events[i].ts;
+    if (end(p) > ts + kSlack) return true;
+    if (classify.node_of[trace.events[p].name] == trace.events[i].name && trace.events[i].name != 0)
+      return ts <= end(p) + kOverhang + kSlack;
+    if (trace.events[i].dur > kSlack || end(p) < ts - kSlack) return false;
+    return trace.events[p].dur > kSlack;
   }
 
   // Classifies every event, files each slice into its thread's (or stream's) lane and nests the
@@ -161,8 +197,8 @@ struct Builder {
   // left out of the tree, rather than guessed into it.
   void nest(LaneBuild& lane, int32_t i) {
     Lane& stack = lane.stack;
-    const double ts = trace.events[i].ts, i_end = end(i);
-    while (!stack.empty() && end(stack.back()) <= ts + kSlack) stack.pop_back();
+    const double i_end = end(i);
+    while (!stack.empty() && !holds(stack.back(), i)) stack.pop_back();
     // Profilers round: a slice that runs a hair past its parent still belongs to it. A step or
     // annotation crossed by an op is closed early rather than cutting the op out.
     while (!stack.empty() && i_end > end(stack.back()) + kOverhang &&

@@ -368,6 +368,219 @@ TEST(Analyze, BandwidthEstimateIsBoundedByTheSlowestOp) {
   EXPECT_EQ(how, "slowest op");
 }
 
+// One thread of top-level ops named as a profiler names them: "aten::X", and for autograd nodes
+// (…Backward0, AccumulateGrad) the engine's "evaluate_function: X" wrapping the node "X". Every
+// tensor input [2,4,8], unless `dims` is empty (no shapes recorded, as the legacy profiler).
+std::string op_sequence_trace(const std::vector<std::string>& names, const std::string& dims = "[[2,4,8],[2,4,8]]") {
+  std::string ev;
+  double ts = 0;
+  for (const std::string& n : names) {
+    const bool node = n.find("Backward") != std::string::npos || n == "torch::autograd::AccumulateGrad";
+    const std::string args = dims.empty() ? "{}" : R"({"Input Dims":)" + dims + "}";
+    auto slice = [&](const std::string& name, double at, double dur) {
+      ev += fmt::format(R"({}{{"ph":"X","cat":"cpu_op","name":"{}","pid":1,"tid":1,"ts":{},"dur":{},"args":{}}})",
+                        ev.empty() ? "" : ",\n", name, at, dur, args);
+    };
+    if (node) {
+      slice("autograd::engine::evaluate_function: " + n, ts, 8);
+      slice(n, ts + 1, 6);
+    } else {
+      slice("aten::" + n, ts, 8);
+    }
+    ts += 10;
+  }
+  return "[" + ev + "]";
+}
+
+std::vector<std::string> split_names(const std::string& dashed) {
+  std::vector<std::string> out;
+  for (size_t a = 0, b; a <= dashed.size(); a = b + 1) {
+    b = dashed.find('-', a);
+    if (b == std::string::npos) b = dashed.size();
+    out.push_back(dashed.substr(a, b - a));
+  }
+  return out;
+}
+
+// The chains real model code produces, forward and backward, as torch 1.13's profiler recorded
+// them (tests/analyze/record_real_spellings.py; autograd nodes in the order the engine ran them,
+// AccumulateGrad where a parameter's gradient was ready). Each must be claimed whole, by one match
+// of the rule whose fused op (and its backward) replaces it.
+TEST(Rules, RealSpellingsForwardAndBackwardAreClaimedWhole) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      // Hugging Face's LlamaRMSNorm: .to(float32), pow, mean, + eps, rsqrt, mul, .to(dtype), weight *
+      {"rms_norm", "to-pow-mean-add-rsqrt-mul-to-mul"},
+      {"rms_norm", "MulBackward0-torch::autograd::AccumulateGrad-ToCopyBackward0-MulBackward0-RsqrtBackward0-"
+                   "AddBackward0-MeanBackward1-PowBackward0-ToCopyBackward0"},
+      {"rms_norm", "MulBackward0-torch::autograd::AccumulateGrad-MulBackward0-RsqrtBackward0-AddBackward0-"
+                   "MeanBackward1-PowBackward0"},  // float32: no casts recorded in the backward
+      // llama2.c's: x.float(), …, .type_as(x) * weight
+      {"rms_norm", "to-pow-mean-add-rsqrt-mul-type_as-mul"},
+      // mean(x * x) and pow(-0.5) for rsqrt, with and without the float cast
+      {"rms_norm", "mul-mean-add-rsqrt-mul-mul"},
+      {"rms_norm", "MulBackward0-torch::autograd::AccumulateGrad-MulBackward0-RsqrtBackward0-AddBackward0-"
+                   "MeanBackward1-MulBackward0"},
+      {"rms_norm", "pow-mean-add-pow-mul-mul"},
+      {"rms_norm", "pow-mean-add-pow-to-mul-mul"},
+      {"rms_norm", "to-pow-mean-add-pow-mul-type_as-mul"},
+      {"rms_norm", "MulBackward0-torch::autograd::AccumulateGrad-ToCopyBackward0-MulBackward0-PowBackward0-"
+                   "AddBackward0-MeanBackward1-PowBackward0-ToCopyBackward0"},
+      // minGPT's NewGELU (Hugging Face's gelu_new): forward and backward
+      {"gelu_tanh", "mul-pow-mul-add-mul-tanh-add-mul"},
+      {"gelu_tanh", "MulBackward0-AddBackward0-TanhBackward0-MulBackward0-AddBackward0-MulBackward0-PowBackward0-"
+                    "MulBackward0"},
+      // SwiGLU: F.silu(a) * b of a chunk, and llama2.c's w2(F.silu(w1(x)) * w3(x)), whose up
+      // projection's backward runs between mul's and silu's
+      {"swiglu", "chunk-silu-mul"},
+      {"swiglu", "MulBackward0-SiluBackward0-SplitBackward0"},
+      {"swiglu", "linear-silu-linear-mul"},
+      {"swiglu", "MulBackward0-UnsafeViewBackward0-MmBackward0-ReshapeAliasBackward0-TBackward0-"
+                 "torch::autograd::AccumulateGrad-SiluBackward0"},
+      // Hugging Face's q * cos + rotate_half(q) * sin
+      {"rotary_embedding", "mul-slice-slice-neg-cat-mul-add"},
+      {"rotary_embedding", "AddBackward0-MulBackward0-CatBackward0-NegBackward0-SliceBackward0-SliceBackward0-"
+                           "MulBackward0"},
+      // llama2.c's real arithmetic on q and k together
+      {"rotary_embedding", "to-reshape-unbind-to-reshape-unbind-mul-mul-sub-mul-mul-add-mul-mul-sub-mul-mul-add-"
+                           "stack-flatten-stack-flatten-type_as-type_as"},
+      {"rotary_embedding", "ToCopyBackward0-ToCopyBackward0-ReshapeAliasBackward0-StackBackward0-"
+                           "ReshapeAliasBackward0-StackBackward0-AddBackward0-MulBackward0-MulBackward0-SubBackward0-"
+                           "MulBackward0-MulBackward0-AddBackward0-MulBackward0-MulBackward0-SubBackward0-MulBackward0-"
+                           "MulBackward0-UnbindBackward0-ReshapeAliasBackward0-ToCopyBackward0-UnbindBackward0-"
+                           "ReshapeAliasBackward0-ToCopyBackward0"},
+      // Meta's complex form
+      {"rotary_embedding", "to-reshape-view_as_complex-to-reshape-view_as_complex-mul-view_as_real-flatten-mul-"
+                           "view_as_real-flatten-type_as-type_as"},
+      {"rotary_embedding", "ToCopyBackward0-ToCopyBackward0-ReshapeAliasBackward0-ViewAsRealBackward0-MulBackward0-"
+                           "ReshapeAliasBackward0-ViewAsRealBackward0-MulBackward0-ViewAsComplexBackward0-"
+                           "ReshapeAliasBackward0-ToCopyBackward0-ViewAsComplexBackward0-ReshapeAliasBackward0-"
+                           "ToCopyBackward0"},
+      // minGPT's attention with dropout (torch 1.13's dropout: a mul in the backward)
+      {"attention", "matmul-mul-slice-slice-slice-slice-eq-masked_fill-softmax-dropout-matmul"},
+      {"attention", "UnsafeViewBackward0-BmmBackward0-ReshapeAliasBackward0-ExpandBackward0-"
+                    "torch::autograd::AccumulateGrad-ReshapeAliasBackward0-ExpandBackward0-MulBackward0-"
+                    "SoftmaxBackward0-MaskedFillBackward0-MulBackward0-UnsafeViewBackward0-BmmBackward0"},
+  };
+  for (const auto& [rule, chain] : cases) {
+    SCOPED_TRACE(chain);
+    const std::vector<std::string> names = split_names(chain);
+    const Analysis a = analyze_text(op_sequence_trace(names), Backend::cpu);
+    ASSERT_EQ(a.findings.size(), 1u);
+    EXPECT_EQ(a.findings[0].rule, rule);
+    EXPECT_EQ(a.findings[0].occurrences, 1);
+    EXPECT_EQ(a.findings[0].ops, static_cast<int64_t>(names.size()));
+  }
+}
+
+// The same modules recorded by torch 1.13's legacy profiler (whole µs, no shapes): forward and
+// backward each found, by the one rule, and nothing else.
+TEST(Rules, RealTracesOfEachSpellingFindForwardAndBackward) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"hf_rms_norm.bfloat16", "rms_norm"},        {"l2c_rms_norm.bfloat16", "rms_norm"},
+      {"meansq_rms_norm.bfloat16", "rms_norm"},    {"powhalf_rms_norm.bfloat16", "rms_norm"},
+      {"powhalf_float_rms_norm.bfloat16", "rms_norm"}, {"powhalf_float_rms_norm.float32", "rms_norm"},
+      {"new_gelu.bfloat16", "gelu_tanh"},          {"chunk_swiglu.bfloat16", "swiglu"},
+      {"swiglu_mlp.bfloat16", "swiglu"},           {"hf_rope.bfloat16", "rotary_embedding"},
+      {"l2c_rope.bfloat16", "rotary_embedding"},   {"meta_rope.bfloat16", "rotary_embedding"},
+      {"meta_rope.float32", "rotary_embedding"},   {"mingpt_attention.bfloat16", "attention"}};
+  for (const auto& [name, rule] : cases) {
+    SCOPED_TRACE(name);
+    const std::string path = OPFUSE_TEST_DATA "/traces/real_spellings/" + name + ".legacy.json.gz";
+    const Analysis a = analyze(trace::read_trace(path), path, default_rules(), {});
+    std::string rules;
+    for (const auto& f : a.findings) rules += f.rule + "; ";
+    ASSERT_EQ(a.findings.size(), 1u) << rules;
+    EXPECT_EQ(a.findings[0].rule, rule);
+    // rotate_half's forward and backward for q and for k; the others one chain each way
+    EXPECT_EQ(a.findings[0].occurrences, name.rfind("hf_rope", 0) == 0 ? 4 : 2);
+  }
+}
+
+// Without shapes a sigmoid-mul may be Swish (one shape) or an SE gate (a broadcast gate): the
+// finding says so rather than naming either.
+TEST(Analyze, ShapeUnknownNeverNamesTheWrongOp) {
+  const Analysis a = analyze_text(op_sequence_trace({"sigmoid", "mul", "conv2d", "sigmoid", "mul"}, ""), Backend::cpu);
+  ASSERT_EQ(a.findings.size(), 1u);
+  const Finding& f = a.findings[0];
+  EXPECT_EQ(f.rule, "se_gate or silu (shape unknown)");
+  EXPECT_TRUE(f.shape_unknown);
+  EXPECT_EQ(f.occurrences, 2);
+  EXPECT_NE(f.replacement.find("opfuse::se_gate where an input broadcasts"), std::string::npos) << f.replacement;
+  EXPECT_NE(f.replacement.find("opfuse::silu where the inputs have one shape"), std::string::npos) << f.replacement;
+  EXPECT_EQ(find(a, "silu"), nullptr);
+  EXPECT_EQ(find(a, "se_gate"), nullptr);
+  // With shapes each is named: one shape is silu, a broadcast gate se_gate.
+  const Analysis same = analyze_text(op_sequence_trace({"sigmoid", "mul"}, "[[2,8,4,4],[2,8,4,4]]"), Backend::cpu);
+  ASSERT_EQ(same.findings.size(), 1u);
+  EXPECT_EQ(same.findings[0].rule, "silu");
+  EXPECT_FALSE(same.findings[0].shape_unknown);
+  const Analysis gate = analyze_text(op_sequence_trace({"sigmoid", "mul"}, "[[2,8,4,4],[2,8,1,1]]"), Backend::cpu);
+  ASSERT_EQ(gate.findings.size(), 1u);
+  EXPECT_EQ(gate.findings[0].rule, "se_gate");
+  // A rule with no shape condition still names its op without shapes; silu-mul (SwiGLU only on
+  // one shape) is shape unknown in a real legacy trace, while its backward is named.
+  const std::string path = OPFUSE_TEST_DATA "/traces/real_spellings/silu_mul.float32.legacy.json.gz";
+  const Analysis legacy = analyze(trace::read_trace(path), path, default_rules(), {});
+  ASSERT_NE(find(legacy, "swiglu (shape unknown)"), nullptr);
+  EXPECT_EQ(find(legacy, "swiglu (shape unknown)")->occurrences, 1);
+  ASSERT_NE(find(legacy, "swiglu"), nullptr);
+  EXPECT_EQ(find(legacy, "swiglu")->occurrences, 1);
+}
+
+// At whole µs a parent and its child tie: equal start and length. The nesting (and so the op
+// sequences and findings) must not depend on the order the file lists them in.
+TEST(Analyze, TiesAtWholeMicrosecondsNestTheSameInAnyFileOrder) {
+  std::vector<std::string> events = {
+      // linear and its matmul tie on both: the one recorded first (External id) is the parent
+      R"({"ph":"X","cat":"cpu_op","name":"aten::linear","pid":1,"tid":1,"ts":10,"dur":5,"args":{"External id":7,"Input Dims":[[2,4,8],[8,8]]}})",
+      R"({"ph":"X","cat":"cpu_op","name":"aten::matmul","pid":1,"tid":1,"ts":10,"dur":5,"args":{"External id":8,"Input Dims":[[2,4,8],[8,8]]}})",
+      R"({"ph":"X","cat":"cpu_op","name":"aten::silu","pid":1,"tid":1,"ts":16,"dur":1,"args":{"External id":9,"Input Dims":[[2,4,8]]}})",
+      R"({"ph":"X","cat":"cpu_op","name":"aten::linear","pid":1,"tid":1,"ts":18,"dur":2,"args":{"External id":10,"Input Dims":[[2,4,8],[8,8]]}})",
+      R"({"ph":"X","cat":"cpu_op","name":"aten::mul","pid":1,"tid":1,"ts":21,"dur":0,"args":{"External id":11,"Input Dims":[[2,4,8],[2,4,8]]}})",
+      // a zero-length child on its parent's end
+      R"({"ph":"X","cat":"cpu_op","name":"aten::empty_strided","pid":1,"tid":1,"ts":20,"dur":0,"args":{"External id":12,"Input Dims":[[]]}})",
+      // the backward, no ids (the legacy profiler): zero-length wrappers tie with their nodes
+      R"({"ph":"X","cat":"cpu_op","name":"autograd::engine::evaluate_function: MulBackward0","pid":1,"tid":1,"ts":30,"dur":0,"args":{"Input Dims":[[2,4,8]]}})",
+      R"({"ph":"X","cat":"cpu_op","name":"MulBackward0","pid":1,"tid":1,"ts":30,"dur":0,"args":{"Input Dims":[[2,4,8]]}})",
+      R"({"ph":"X","cat":"cpu_op","name":"autograd::engine::evaluate_function: SiluBackward0","pid":1,"tid":1,"ts":31,"dur":0,"args":{"Input Dims":[[2,4,8]]}})",
+      R"({"ph":"X","cat":"cpu_op","name":"SiluBackward0","pid":1,"tid":1,"ts":31,"dur":0,"args":{"Input Dims":[[2,4,8]]}})",
+      // and a wrapper whose node the legacy profiler put a µs past the wrapper's end
+      R"({"ph":"X","cat":"cpu_op","name":"autograd::engine::evaluate_function: SplitBackward0","pid":1,"tid":1,"ts":33,"dur":0,"args":{"Input Dims":[[2,4,8]]}})",
+      R"({"ph":"X","cat":"cpu_op","name":"SplitBackward0","pid":1,"tid":1,"ts":34,"dur":0,"args":{"Input Dims":[[2,4,8]]}})"};
+  auto summary = [](const std::vector<std::string>& order) {
+    std::string json;
+    for (const auto& e : order) json += (json.empty() ? "[" : ",\n") + e;
+    const trace::Trace t = trace::parse_trace(json + "]", "ties.json");
+    const trace::Model m = trace::build_model(t);
+    std::vector<std::string> nesting;  // "child < parent" for every op
+    for (size_t i = 0; i < t.events.size(); ++i)
+      nesting.push_back(t.strings[t.events[i].name] + " < " +
+                        (m.op_parent[i] < 0 ? std::string("top") : t.strings[t.events[m.op_parent[i]].name]));
+    std::sort(nesting.begin(), nesting.end());
+    const Analysis a = analyze(t, "ties.json", default_rules(), {});
+    std::string out = fmt::format("{}\n", fmt::join(nesting, "\n"));
+    for (const auto& op : a.ops) out += fmt::format("{} {}\n", op.name, op.count);
+    for (const auto& f : a.findings) out += fmt::format("{} {} {}\n", f.rule, f.occurrences, f.ops);
+    return out;
+  };
+  const std::string in_order = summary(events);
+  EXPECT_NE(in_order.find("aten::matmul < aten::linear"), std::string::npos) << in_order;
+  EXPECT_NE(in_order.find("aten::empty_strided < aten::linear"), std::string::npos) << in_order;
+  EXPECT_NE(in_order.find("MulBackward0 < autograd::engine::evaluate_function: MulBackward0"), std::string::npos) << in_order;
+  EXPECT_NE(in_order.find("SplitBackward0 < autograd::engine::evaluate_function: SplitBackward0"), std::string::npos)
+      << in_order;
+  // linear-silu-linear-mul forward, MulBackward0-SiluBackward0-SplitBackward0 backward
+  EXPECT_NE(in_order.find("swiglu 2 7"), std::string::npos) << in_order;
+  std::vector<std::string> reversed(events.rbegin(), events.rend());
+  EXPECT_EQ(summary(reversed), in_order);
+  std::mt19937 rng(18);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::string> shuffled = events;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    EXPECT_EQ(summary(shuffled), in_order);
+  }
+}
+
 // Inputs kept from fuzzing (scripts/fuzz.sh): each reads or is rejected cleanly, and analyses.
 TEST(Analyze, FuzzRegressionInputs) {
   int n = 0;
