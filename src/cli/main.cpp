@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/plugin.h"
+#include "opfuse/errors.h"
 
 namespace {
 
@@ -17,8 +18,6 @@ int fail(const std::string& message) {
   return 2;
 }
 
-// Errors may carry a C++ backtrace after the first line; the user needs only that line.
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 }  // namespace
 
@@ -53,8 +52,8 @@ int main(int argc, char** argv) {
     }
     return fail("no command given (see opfuse --help)");
   } catch (const std::invalid_argument& e) {
-    return fail(first_line(e.what()));
+    return fail(opfuse::error_summary(e.what()));
   } catch (const std::exception& e) {
-    return fail(first_line(e.what()));
+    return fail(opfuse::error_summary(e.what()));
   }
 }

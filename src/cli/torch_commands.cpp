@@ -1,5 +1,5 @@
 // libopfuse_commands.so's entry points: the commands that need LibTorch, and the fused-op timer
-// analyze uses. c10 errors become std::runtime_error with their first line, because the binary
+// analyze uses. c10 errors become std::runtime_error with their one useful line, because the binary
 // that catches them knows nothing of c10.
 #include <c10/util/Exception.h>
 
@@ -7,6 +7,7 @@
 
 #include "cli/plugin.h"
 #include "opfuse/bench.h"
+#include "opfuse/errors.h"
 
 namespace {
 
@@ -15,8 +16,7 @@ opfuse::cli::Run without_c10_errors(opfuse::cli::Run run) {
     try {
       return run();
     } catch (const c10::Error& e) {
-      const std::string what = e.what_without_backtrace();
-      throw std::runtime_error(what.substr(0, what.find('\n')));
+      throw std::runtime_error(opfuse::error_summary(e.what_without_backtrace()));
     }
   };
 }

@@ -33,10 +33,11 @@ bool holds_a_run(const fs::path& dir) {
   return false;
 }
 
-std::string output_folder(const std::string& requested, bool force) {
+std::string output_folder(const std::string& requested, bool force, bool& created) {
   fs::path dir = requested;
   for (int n = 2; !force && holds_a_run(dir); ++n) dir = fmt::format("{}-{}", requested, n);
   std::error_code ec;
+  created = !fs::exists(dir);
   fs::create_directories(dir, ec);
   if (ec) throw std::invalid_argument(fmt::format("{}: cannot create the folder ({})", dir.string(), ec.message()));
   if (!fs::is_directory(dir)) throw std::invalid_argument(fmt::format("{}: is a file, not a folder", dir.string()));
@@ -58,12 +59,25 @@ void add_model_options(CLI::App* cmd, TuneArgs& a) {
   cmd->add_option("--threads", a.options.threads, "intra-op threads (0: all cores)")->capture_default_str();
 }
 
+// A run that fails before writing anything (a model that does not load or run) leaves no empty
+// folder behind; one that wrote traces keeps them.
+tune::TuneResult run_or_tidy(const tune::TuneOptions& o, const tune::Hooks& hooks, bool created) {
+  try {
+    return tune::tune(o, hooks);
+  } catch (...) {
+    std::error_code ec;
+    if (created && fs::is_empty(o.out_dir, ec)) fs::remove(o.out_dir, ec);
+    throw;
+  }
+}
+
 int run_tune(TuneArgs& a) {
   if (!a.json.empty()) report::check_output_path(a.json, a.force);
   a.options.rules = analyze::rule_set(a.rules, !a.no_default_rules);
   a.options.measure_ops = !a.no_measure;
   tune::validate(a.options);
-  a.options.out_dir = output_folder(a.out, a.force);
+  bool created = false;
+  a.options.out_dir = output_folder(a.out, a.force, created);
   // With --json -, stdout is the JSON alone, for a script to read; people get the rest on stderr.
   std::FILE* out = report::is_stdout(a.json) ? stderr : stdout;
   std::fprintf(out, "output in %s/\n", a.options.out_dir.c_str());
@@ -84,7 +98,7 @@ int run_tune(TuneArgs& a) {
     std::fputs(report::format_analysis(a, 10).c_str(), out);
     std::fflush(out);
   };
-  const tune::TuneResult r = tune::tune(a.options, hooks);
+  const tune::TuneResult r = run_or_tidy(a.options, hooks, created);
   progress.reset();
   std::fputs(report::format_tune(r).c_str(), out);
 

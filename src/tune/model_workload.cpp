@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <filesystem>
 
 #include "opfuse/profile.h"
 
@@ -19,8 +20,10 @@ std::unique_ptr<rewrite::Model> load_model(const TuneOptions& o) {
 
 }  // namespace
 
+// Whatever its extension (.pt, .pth, .torchscript, none): torch.jit.save writes any name, so a
+// model that is not one of the built-in names is a file.
 bool is_file_model(const std::string& model) {
-  return model.size() > 3 && model.compare(model.size() - 3, 3, ".pt") == 0;
+  return model.rfind("efficientnet-", 0) != 0 || std::filesystem::exists(model);
 }
 
 std::vector<int64_t> input_shape(const TuneOptions& o) {

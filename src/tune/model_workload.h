@@ -20,7 +20,7 @@ struct Batches {
   std::string loss;  // ce | mse
 };
 
-// Whether options.model names a TorchScript file rather than a built-in model.
+// Whether options.model names a TorchScript file (any name but a built-in model's) rather than a built-in model.
 bool is_file_model(const std::string& model);
 // The input shape of options.model; throws std::invalid_argument for a TorchScript model without one.
 std::vector<int64_t> input_shape(const TuneOptions& o);

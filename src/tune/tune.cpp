@@ -303,7 +303,9 @@ void validate(const TuneOptions& o) {
   if (!is_file_model(o.model)) {
     models::efficientnet_params(o.model);  // throws for an unknown name
   } else {
-    if (!std::filesystem::is_regular_file(o.model)) throw std::invalid_argument(fmt::format("{}: no such file", o.model));
+    if (!std::filesystem::is_regular_file(o.model))
+      throw std::invalid_argument(
+          fmt::format("{}: no such file (nor a built-in model: efficientnet-b0 … efficientnet-b7)", o.model));
     input_shape(o);  // throws without --input-shape
   }
 }

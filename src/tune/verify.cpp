@@ -6,20 +6,11 @@
 #include <cmath>
 #include <limits>
 
+#include "opfuse/errors.h"
 #include "tune/model_workload.h"
 
 namespace opfuse::tune {
 namespace {
-
-// An error's first line, or for the TorchScript interpreter's report (a traceback first), the
-// line that says what failed.
-std::string first_useful_line(const std::string& what) {
-  const size_t cause = what.rfind("RuntimeError: ");
-  const std::string& from = what.find("TorchScript interpreter") != std::string::npos && cause != std::string::npos
-                                ? what.substr(cause + 14)
-                                : what;
-  return from.substr(0, from.find('\n'));
-}
 
 double max_abs(const at::Tensor& t) { return t.numel() == 0 ? 0 : t.detach().abs().max().item<double>(); }
 
@@ -115,7 +106,7 @@ Verdict verify(const Workload& baseline, const Workload& candidate, uint64_t see
     const Probe got32 = probe_clone(candidate, at::kFloat, seed);
     v.error = compare(got32, ref32, &noise32, kFloat32Tolerance, v.float32_error, v, "float32");
   } catch (const std::exception& e) {
-    v.error = first_useful_line(e.what());
+    v.error = error_summary(e.what());
   }
   v.passed = v.error.empty() && v.margin <= 1;
   return v;

@@ -15,6 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$opfuse" tune --help | grep -q -- --min-gain
 "$opfuse" rewrite --help | grep -q -- --input-shape
 expect_usage_error tune --model nosuch-net
+grep -q "nosuch-net: no such file (nor a built-in model" "$tmp/err"
 expect_usage_error tune --model "$tmp/missing.pt" --input-shape 2,3,32,32
 expect_usage_error tune --image-size 16
 expect_usage_error rewrite "$data/rules/wrong_silu.yaml" "$tmp/x.pt" --input-shape 2,3,32,32
@@ -116,6 +117,15 @@ assert wrong and not wrong[0]["verified"] and not wrong[0]["kept"], r["replaceme
 assert any(x["rule"] == "wrong_silu" for x in r["rejected"]), r["rejected"]
 assert all(x["verified"] for x in r["replacements"] if x["kept"])
 PY
+# A TorchScript file is one whatever its name (torch.jit.save writes any).
+cp "$tmp/net.pt" "$tmp/net.pth"
+"$opfuse" tune --model "$tmp/net.pth" --input-shape 4,3,32,32 --steps 1 --rounds 1 --warmup 0 --profile-steps 1 \
+  --min-gain -1 --threads 1 --out "$tmp/pth" > /dev/null
+grep -q '"rule": "silu"' "$tmp/pth/report.json"
+# A model that fails on its input: the interpreter's cause, not its first line, and no empty folder.
+expect_usage_error tune --model "$tmp/net.pth" --input-shape 4,3,32 --out "$tmp/bad-shape"
+grep -q "expected input\[1, 4, 3, 32\] to have 3 channels" "$tmp/err"
+[ ! -e "$tmp/bad-shape" ]
 if "$opfuse" tune $ts_tiny --no-default-rules --rules "$data/rules/wrong_silu.yaml" --out "$tmp/only-wrong" \
   > "$tmp/only-wrong.txt"; then echo "tune exited 0 with nothing verified"; exit 1; fi
 grep -q "no replacement verified" "$tmp/only-wrong.txt"
