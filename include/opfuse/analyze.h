@@ -64,6 +64,9 @@ struct RulePattern {
 // `opfuse rewrite` and `opfuse tune` on scripted models.
 struct GraphRewrite {
   std::string pattern, replacement;
+  // The pattern spans module calls (a BatchNorm2d's, then a Swish module's), so the TorchScript
+  // module's forward is inlined before it is matched.
+  bool inline_calls = false;
 };
 
 // How the Python package answers a rule on a Python model: a submodule whose whole forward op

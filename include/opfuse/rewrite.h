@@ -55,10 +55,11 @@ struct Rewrite {
 // TorchScript pattern pair the rule carries.
 std::vector<Rewrite> rewrites_for(const analyze::Rule& rule);
 
-// One TorchScript pattern pair applied to every method graph of the module and its submodules;
+// One TorchScript pattern pair applied to every method graph of the module and its submodules
+// (with inline_calls, after the module's forward is inlined: a pattern across module calls);
 // returns how many matches were replaced. Throws std::invalid_argument for a pattern that does
 // not parse.
-int rewrite_graph(Model& model, const std::string& pattern, const std::string& replacement);
+int rewrite_graph(Model& model, const std::string& pattern, const std::string& replacement, bool inline_calls = false);
 
 // Whether the model is a TorchScript module (graph rewrites apply) or a built-in one.
 bool is_torchscript(const Model& model);

@@ -72,10 +72,11 @@ Rule parse_opfuse_rule(const std::string& name, const YAML::Node& n) {
   for (const auto& kv : repl)
     r.replacement[parse_backend(kv.first.as<std::string>())] = scalar(name, kv.second, "replacement");
   if (const YAML::Node ts = n["torchscript"]) {
-    if (!ts.IsSequence()) fail(name, ts, "torchscript must be a list of {pattern, replacement}");
+    if (!ts.IsSequence()) fail(name, ts, "torchscript must be a list of {pattern, replacement, inline?}");
     for (const auto& g : ts)
       r.torchscript.push_back({scalar(name, g["pattern"], "a torchscript pattern"),
-                               scalar(name, g["replacement"], "a torchscript replacement")});
+                               scalar(name, g["replacement"], "a torchscript replacement"),
+                               g["inline"] && g["inline"].as<bool>()});
   }
   if (const YAML::Node py = n["python"]) {
     if (!py.IsMap()) fail(name, py, "python must be a map with module, fx and/or optimizer");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/ir/subgraph_matcher.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/subgraph_rewrite.h>
 
 #include <unordered_set>
@@ -117,24 +118,30 @@ torch::jit::MatchFilter distinct_inputs(const Graph& pattern) {
 
 }  // namespace
 
-int rewrite_graph(Model& model, const std::string& pattern, const std::string& replacement) {
+int rewrite_graph(Model& model, const std::string& pattern, const std::string& replacement, bool inline_calls) {
   const auto pattern_graph = parse_graph(pattern, "pattern");
   const c10::Symbol op = introduced_op(*parse_graph(replacement, "replacement"));
   auto* ts = dynamic_cast<TorchScriptModel*>(&model);
   if (ts == nullptr) return 0;
+  // Every submodule's code becomes the forward's own, each call site a copy (the submodules'
+  // methods stay, no longer called), as torch.jit.freeze does.
+  const std::shared_ptr<Graph> forward = ts->module.get_method("forward").graph();
+  if (inline_calls) torch::jit::Inline(*forward);
   torch::jit::SubgraphRewriter rewriter;
   rewriter.RegisterRewritePattern(pattern, replacement);
   const torch::jit::MatchFilter filter = distinct_inputs(*pattern_graph);
+  auto rewrite = [&](std::shared_ptr<Graph> graph) {
+    const int before = count_nodes(graph->block(), op);
+    rewriter.runOnGraph(graph, filter);
+    return count_nodes(graph->block(), op) - before;
+  };
+  // A forward that calls no method (inlined, or written so) is all that runs: places are its own.
+  if (count_nodes(forward->block(), c10::Symbol::fromQualString("prim::CallMethod")) == 0) return rewrite(forward);
   int replaced = 0;
   std::unordered_set<const Graph*> done;  // submodules of one class share their method graphs
   for (const auto& m : ts->module.modules())
-    for (const auto& method : m.get_methods()) {
-      std::shared_ptr<Graph> graph = method.graph();
-      if (!done.insert(graph.get()).second) continue;
-      const int before = count_nodes(graph->block(), op);
-      rewriter.runOnGraph(graph, filter);
-      replaced += count_nodes(graph->block(), op) - before;
-    }
+    for (const auto& method : m.get_methods())
+      if (done.insert(method.graph().get()).second) replaced += rewrite(method.graph());
   return replaced;
 }
 
@@ -155,7 +162,7 @@ std::vector<Rewrite> rewrites_for(const analyze::Rule& rule) {
                                          pairs.size() == 1 ? "" : "s");
     out.push_back({rule.name, name, [pairs, name](Model& m) {
                      int places = 0;
-                     for (const auto& p : pairs) places += rewrite_graph(m, p.pattern, p.replacement);
+                     for (const auto& p : pairs) places += rewrite_graph(m, p.pattern, p.replacement, p.inline_calls);
                      if (places > 0)
                        if (auto* ts = dynamic_cast<TorchScriptModel*>(&m)) ts->applied.push_back(name);
                      return places;

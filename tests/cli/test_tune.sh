@@ -91,6 +91,8 @@ expect_usage_error tune $small --rounds 5 --max-rounds 3 --out "$tmp/bad-rounds"
 "$python" "$here/../python/tiny_effnet.py" "$tmp/net.pt"
 "$opfuse" rewrite "$tmp/net.pt" "$tmp/net.fused.pt" --input-shape 4,3,32,32 > "$tmp/rewrite.txt"
 grep -q "opfuse::silu" "$tmp/rewrite.txt"
+# BatchNorm2d then a Swish module, across two module calls: all five (the stem, two per block).
+grep -q "^batch_norm_silu .*opfuse::batch_norm_silu (4 patterns) *5  yes" "$tmp/rewrite.txt"
 "$python" "$here/../python/check_rewritten.py" "$library" "$tmp/net.pt" "$tmp/net.fused.pt" same-parameters | grep -q ok
 expect_usage_error rewrite "$tmp/net.pt" "$tmp/net.fused.pt" --input-shape 4,3,32,32
 

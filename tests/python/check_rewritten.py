@@ -15,6 +15,7 @@ rewritten = torch.jit.load(rewritten_path).eval()
 code = "".join(m.code for m in rewritten.modules() if hasattr(m, "code"))
 assert "ops.opfuse.silu" in code, code
 assert "ops.opfuse.se_gate" in code, code
+assert "ops.opfuse.batch_norm_silu" in code, code
 assert "ops.opfuse" not in "".join(m.code for m in original.modules() if hasattr(m, "code"))
 
 x = torch.randn(3, 3, 32, 32)
@@ -23,6 +24,12 @@ assert out.shape == (3, 10)
 if same_parameters:
     ref = original.double()(x.double())
     assert torch.allclose(out.double(), ref, rtol=1e-4, atol=1e-5), (out - ref).abs().max()
+    # A training forward moves the BatchNorm running statistics alike (opfuse::batch_norm_silu
+    # updates them in place where aten::batch_norm did).
+    original.float().train()(x)
+    rewritten.train()(x)
+    for (name, a), (_, b) in zip(original.named_buffers(), rewritten.named_buffers()):
+        assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6), name
 # It trains: the fused backward runs from Python too.
 rewritten.train()
 loss = rewritten(x).square().mean()
