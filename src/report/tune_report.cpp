@@ -184,6 +184,7 @@ nlohmann::json tune_json(const TuneResult& r) {
 nlohmann::json tune_page(const TuneResult& r) {
   nlohmann::json page = analysis_json(r.baseline.analysis);
   if (r.any_verified) add_diff(page, r.diff, r.tuned.analysis);
+  add_timelines(page, r.baseline.analysis, r.any_verified ? &r.tuned.analysis : nullptr);
   page["tune"] = tune_json(r);
   return page;
 }

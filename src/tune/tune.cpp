@@ -59,6 +59,7 @@ analyze::Analysis profile_and_analyze(Workload& w, const TuneOptions& o, const s
   profiler.write(path, metadata);
   const trace::Trace t = trace::read_trace(path);
   analyze::Options options;
+  options.timeline = true;  // the report page draws a step of each side
   if (o.measure_ops)
     options.measure = [](const std::string& op, const std::string& dims) { return bench::time_fused_op(op, dims); };
   return analyze::analyze(t, path, o.rules, options);

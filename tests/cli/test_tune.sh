@@ -70,6 +70,14 @@ assert times["silu"]["ops_per_step_before"] > 0 and times["silu"]["ops_per_step_
 assert r["tuned"]["ops_per_step"] < r["baseline"]["ops_per_step"]
 PY
 grep -q '"tune"' "$tmp/run-2/report.html"
+# The page draws a step of the baseline and of the tuned model, one above the other.
+/usr/bin/python3 - "$tmp/run-2/report.html" <<'PY'
+import json, sys
+html = open(sys.argv[1]).read()
+start = html.index('id="analysis">') + len('id="analysis">')
+page = json.JSONDecoder().raw_decode(html[start:])[0]
+assert page["timeline"]["slices"] and page["diff"]["after"]["timeline"]["slices"], page.keys()
+PY
 
 # Decisions follow the interval: nothing gains 500%, so every measured replacement is rolled back
 # (its interval lies below) and none is inconclusive; the rounds stop at --rounds, or at twice
