@@ -25,6 +25,9 @@ class Model {
   // The trainable parameters, named, in a stable order (the same for a clone).
   virtual std::vector<std::pair<std::string, at::Tensor>> named_parameters() = 0;
   virtual void set_training(bool on) = 0;
+  // Dropout modules pass their input through (the rest stays in training mode): a fused op draws
+  // its own mask (attention's is never stored), so verification compares the mathematics.
+  virtual void pass_dropout() {}
   // Converts parameters and buffers (float64 for the reference verification runs against).
   virtual void to(at::ScalarType dtype) = 0;
   // A model with its own copy of every parameter and buffer and its own rewrites.

@@ -101,6 +101,11 @@ std::vector<std::pair<std::string, at::Tensor>> TorchScriptModel::named_paramete
 // clone() gives the copy its own class types, so a graph rewrite on it leaves this one alone,
 // and deep-copies the tensors. (Frozen parameters would come back trainable; scripted modules
 // seldom have them.)
+void TorchScriptModel::pass_dropout() {
+  for (torch::jit::Module m : module.modules())  // a handle: train() sets the shared object's flag
+    if (m.type()->name() && m.type()->name()->name().find("Dropout") != std::string::npos) m.train(false);
+}
+
 std::unique_ptr<Model> TorchScriptModel::clone() const {
   torch::jit::Module copied;
   {

@@ -39,6 +39,7 @@ class TorchScriptModel : public Model {
   at::Tensor forward(const at::Tensor& x) override;
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() override;
   void set_training(bool on) override { module.train(on); }
+  void pass_dropout() override;
   void to(at::ScalarType dtype) override { module.to(dtype); }
   std::unique_ptr<Model> clone() const override;
   std::vector<std::string> save(const std::string& path_without_extension) const override;

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/ir/subgraph_matcher.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/subgraph_rewrite.h>
 
+#include <optional>
 #include <unordered_set>
 
 #include "rewrite/models.h"
@@ -84,10 +86,17 @@ std::shared_ptr<Graph> parse_graph(const std::string& text, const char* what) {
 }
 
 // The op a replacement introduces: its first node that is not a constant.
+// The op a replacement introduces, counted to know how many places changed: its opfuse op (the
+// glue around it, e.g. attention's transpose of kᵀ back to k, is not), else its first op.
 c10::Symbol introduced_op(const Graph& replacement) {
-  for (const torch::jit::Node* n : replacement.nodes())
-    if (n->kind() != c10::prim::Constant) return n->kind();
-  throw std::invalid_argument("torchscript replacement has no op");
+  std::optional<c10::Symbol> first;
+  for (const torch::jit::Node* n : replacement.nodes()) {
+    if (n->kind() == c10::prim::Constant) continue;
+    if (std::string(n->kind().ns().toUnqualString()) == "opfuse") return n->kind();
+    if (!first) first = n->kind();
+  }
+  if (!first) throw std::invalid_argument("torchscript replacement has no op");
+  return *first;
 }
 
 int count_nodes(const torch::jit::Block* block, c10::Symbol kind) {
@@ -124,9 +133,13 @@ int rewrite_graph(Model& model, const std::string& pattern, const std::string& r
   auto* ts = dynamic_cast<TorchScriptModel*>(&model);
   if (ts == nullptr) return 0;
   // Every submodule's code becomes the forward's own, each call site a copy (the submodules'
-  // methods stay, no longer called), as torch.jit.freeze does.
-  const std::shared_ptr<Graph> forward = ts->module.get_method("forward").graph();
-  if (inline_calls) torch::jit::Inline(*forward);
+  // methods stay, no longer called), as torch.jit.freeze does; constants are then folded, so
+  // that branches on them (F.softmax's `if dim is None`, which reads the scores) are gone.
+  std::shared_ptr<Graph> forward = ts->module.get_method("forward").graph();
+  if (inline_calls) {
+    torch::jit::Inline(*forward);
+    torch::jit::ConstantPropagation(forward);
+  }
   torch::jit::SubgraphRewriter rewriter;
   rewriter.RegisterRewritePattern(pattern, replacement);
   const torch::jit::MatchFilter filter = distinct_inputs(*pattern_graph);

@@ -94,6 +94,7 @@ double ModelWorkload::step() {
 Probe ModelWorkload::probe(at::ScalarType dtype, uint64_t seed, double nudge) {
   model_->to(dtype);
   model_->set_training(true);
+  model_->pass_dropout();
   at::Tensor input = batches_->inputs[0].to(dtype);
   if (nudge > 0) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 1);

@@ -127,6 +127,24 @@ assert wrong and not wrong[0]["verified"] and not wrong[0]["kept"], r["replaceme
 assert any(x["rule"] == "wrong_silu" for x in r["rejected"]), r["rejected"]
 assert all(x["verified"] for x in r["replacements"] if x["kept"])
 PY
+# minGPT's hand-written attention in a scripted GPT: matched in the inlined forward, one per block,
+# verified (dropout passes through in verification: the fused op draws its own mask).
+"$python" "$here/../python/tiny_gpt.py" "$tmp/gpt.pt"
+"$opfuse" rewrite "$tmp/gpt.pt" "$tmp/gpt.fused.pt" --input-shape 4,64,64 --loss mse > "$tmp/gpt.txt"
+grep -q "^attention .*opfuse::attention (2 patterns) *2  yes" "$tmp/gpt.txt"
+"$python" - "$library" "$tmp/gpt.pt" "$tmp/gpt.fused.pt" <<'PY'
+import sys
+import torch
+torch.ops.load_library(sys.argv[1])
+original, fused = (torch.jit.load(p) for p in sys.argv[2:4])
+assert "ops.opfuse.attention" in fused.code and "ops.opfuse" not in original.code
+x = torch.randn(3, 40, 64, dtype=torch.float64)
+ref = original.double().eval()(x)
+got = fused.double().eval()(x)
+assert torch.allclose(got, ref, rtol=1e-10, atol=1e-12), (got - ref).abs().max()
+fused.float().train()(x.float()).square().mean().backward()  # dropout on: the fused op's own mask
+assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in fused.parameters())
+PY
 # A TorchScript file is one whatever its name (torch.jit.save writes any).
 cp "$tmp/net.pt" "$tmp/net.pth"
 "$opfuse" tune --model "$tmp/net.pth" --input-shape 4,3,32,32 --steps 1 --rounds 1 --warmup 0 --profile-steps 1 \
