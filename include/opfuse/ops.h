@@ -102,7 +102,7 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& target, int
                          int64_t reduction = 1, double label_smoothing = 0);
 
 // cross_entropy(h @ weight.T, target, …) for h [..., H] and weight [V, H] (an output layer
-// without bias), never holding the [N, V] logits: rows go in chunks of about 16 MB of logits,
+// without bias), never holding the [N, V] logits: rows go in chunks of about 48 MB of logits,
 // each chunk's logits are made by one matmul, turned into their gradient in place, and give
 // grad_h = g·weight and grad_weight += gᵀ·h right in the forward (Liger-Kernel's fused linear
 // cross entropy); the backward scales the two. Reduction Mean or Sum (not None: grad_weight is
