@@ -87,6 +87,30 @@ void adamw_(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs
             at::TensorList steps, double lr, double beta1, double beta2, double eps, double weight_decay,
             bool maximize = false);
 
+// Cross entropy, as F.cross_entropy(logits.view(-1, V), target.view(-1), ignore_index=…,
+// reduction=…, label_smoothing=ε): logits [..., V] (the classes last), target [...] of int64
+// class indices in [0, V) or ignore_index; reduction at::Reduction::None (a loss per row, of
+// target's shape), Mean (over the rows not ignored) or Sum. Per row,
+//   loss = lse − (1 − ε)·x_t − ε/V · Σ_j x_j,   lse = log Σ_j exp(x_j)
+// (0 on an ignored row). float32, float64, or bfloat16 computed in float and rounded once; sums
+// in double. The forward also computes the gradient wrt the logits and keeps it instead of the
+// log-probabilities; the backward scales it by the loss's gradient in place: one [N, V] tensor
+// held from forward to backward, where log_softmax + nll_loss hold three at their peak. Logits
+// whose rows are dense in memory (a slice of a wider matrix) are read where they lie; others
+// are made contiguous first.
+at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& target, int64_t ignore_index = -100,
+                         int64_t reduction = 1, double label_smoothing = 0);
+
+// cross_entropy(h @ weight.T, target, …) for h [..., H] and weight [V, H] (an output layer
+// without bias), never holding the [N, V] logits: rows go in chunks of about 48 MB of logits,
+// each chunk's logits are made by one matmul, turned into their gradient in place, and give
+// grad_h = g·weight and grad_weight += gᵀ·h right in the forward (Liger-Kernel's fused linear
+// cross entropy); the backward scales the two. Reduction Mean or Sum (not None: grad_weight is
+// summed over the rows before any per-row gradient is known). bfloat16 is computed from float
+// copies of h and weight, grad_weight summed in float.
+at::Tensor linear_cross_entropy(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& target,
+                                int64_t ignore_index = -100, int64_t reduction = 1, double label_smoothing = 0);
+
 // Path of the shared library holding the operators, for torch.ops.load_library.
 const char* ops_library_path();
 

@@ -70,6 +70,46 @@ def rms_norm_composite(x, weight, eps):
     return y * weight if weight is not None else y
 
 
+_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+
+def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """F.cross_entropy(logits.view(-1, V), target.view(-1), ...) over logits [..., V] (the classes
+    last) and int64 target [...]; reduction "none" gives target's shape. On the CPU the opfuse op:
+    the forward computes the gradient wrt the logits and keeps it instead of the log-probabilities,
+    the backward scales it in place (one [N, V] tensor held, not three). Elsewhere F.cross_entropy
+    (on CUDA Liger-Kernel's LigerCrossEntropyLoss is the fused choice: not a dependency here)."""
+    if logits.device.type == "cpu" and _loss_applies(logits, target) and reduction in _REDUCTIONS:
+        return torch.ops.opfuse.cross_entropy(logits, target, ignore_index, _REDUCTIONS[reduction],
+                                              float(label_smoothing))
+    return _cross_entropy_rows(logits, target, ignore_index, reduction, label_smoothing)
+
+
+def linear_cross_entropy(h, weight, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """cross_entropy(h @ weight.T, target, ...) for h [..., H], weight [V, H] (an output layer
+    without bias). On the CPU the opfuse op never holds the [N, V] logits: chunks of rows, each
+    chunk's logits turned into their gradient, grad_h and grad_weight made in the forward. Reduction
+    "mean" or "sum"; "none", and other devices, take the composite."""
+    if (h.device.type == weight.device.type == "cpu" and reduction in ("mean", "sum") and h.dtype == weight.dtype
+            and weight.dim() == 2 and _loss_applies(h, target)):
+        return torch.ops.opfuse.linear_cross_entropy(h, weight, target, ignore_index, _REDUCTIONS[reduction],
+                                                     float(label_smoothing))
+    return _cross_entropy_rows(F.linear(h, weight), target, ignore_index, reduction, label_smoothing)
+
+
+def _loss_applies(x, target):
+    return (x.dtype in (torch.float32, torch.float64, torch.bfloat16) and x.dim() >= 1
+            and target.dtype == torch.int64 and target.device.type == "cpu" and target.shape == x.shape[:-1])
+
+
+def _cross_entropy_rows(logits, target, ignore_index, reduction, label_smoothing):
+    """F.cross_entropy on the flattened rows, the classes last."""
+    v = logits.shape[-1]
+    loss = F.cross_entropy(logits.reshape(-1, v), target.reshape(-1), ignore_index=ignore_index,
+                           reduction=reduction, label_smoothing=label_smoothing)
+    return loss.view(target.shape) if reduction == "none" else loss
+
+
 def rotary_embedding(x, cos, sin, interleaved=False):
     """Each pair of x's last dimension rotated by its angle: (x[i], x[i + D/2]) (rotate-half,
     x·cos + cat(−x₂, x₁)·sin) or, interleaved, (x[2i], x[2i + 1]). cos and sin are [..., D/2] (an

@@ -284,6 +284,54 @@ Case adamw_case(const OpBenchOptions& o) {
   return c;
 }
 
+// A Llama-like loss: 4 × 256 tokens over llama2.c's 32000-token vocabulary (--numel picks the
+// logits' size, [numel / 32000, 32000]), no target ignored (pretraining; an ignored row would
+// cost the fused op less). The loss's gradient is 1, as loss.backward() gives it.
+constexpr int64_t kVocabulary = 32000;
+
+int64_t loss_rows(int64_t numel) { return numel == 0 ? 4 * 256 : std::max<int64_t>(1, numel / kVocabulary); }
+
+at::Tensor loss_targets(int64_t rows) { return torch::randint(kVocabulary, {rows}, torch::kLong); }
+
+Case cross_entropy_case(int64_t numel) {
+  const int64_t rows = loss_rows(numel);
+  Case c;
+  at::Tensor x = torch::randn({rows, kVocabulary}).requires_grad_();
+  const at::Tensor t = loss_targets(rows);
+  c.leaves = {x};
+  c.grad_output = torch::ones({});
+  c.variants = {{"reference", "nll_loss(log_softmax(x, -1), target) (two ops)",
+                 [=] { return torch::nll_loss(torch::log_softmax(x, -1), t); }},
+                {"aten", "at::cross_entropy_loss (F.cross_entropy)", [=] { return at::cross_entropy_loss(x, t); }},
+                {"opfuse", "opfuse::cross_entropy", [=] { return opfuse::cross_entropy(x, t); }}};
+  // forward reads the logits and writes their gradient; a loss gradient of 1 leaves it as it is
+  c.bytes_per_step = 2.0 * x.numel() * sizeof(float);
+  return c;
+}
+
+// The same loss after llama2.c's stories15M output layer: h [tokens, 288], weight [32000, 288].
+Case linear_cross_entropy_case(int64_t numel) {
+  constexpr int64_t hidden = 288;
+  const int64_t rows = loss_rows(numel);
+  Case c;
+  at::Tensor h = torch::randn({rows, hidden}).requires_grad_();
+  at::Tensor w = (torch::randn({kVocabulary, hidden}) / std::sqrt(double(hidden))).requires_grad_();
+  const at::Tensor t = loss_targets(rows);
+  c.leaves = {h, w};
+  c.grad_output = torch::ones({});
+  c.copied = w.detach();
+  c.shape = fmt::format("h [{}, {}], weight [{}, {}]", rows, hidden, kVocabulary, hidden);
+  c.variants = {{"reference", "nll_loss(log_softmax(linear(h, weight), -1), target)",
+                 [=] { return torch::nll_loss(torch::log_softmax(torch::linear(h, w), -1), t); }},
+                {"aten", "at::cross_entropy_loss(at::linear(h, weight), target)",
+                 [=] { return at::cross_entropy_loss(torch::linear(h, w), t); }},
+                {"opfuse", "opfuse::linear_cross_entropy (chunks of 48 MB of logits)",
+                 [=] { return opfuse::linear_cross_entropy(h, w, t); }}};
+  // the three matmuls read the weight, the last writes its gradient
+  c.bytes_per_step = 4.0 * w.numel() * sizeof(float);
+  return c;
+}
+
 Case make_case(const OpBenchOptions& options) {
   const std::string& op = options.op;
   const int64_t numel_option = options.numel;
@@ -294,6 +342,8 @@ Case make_case(const OpBenchOptions& options) {
   if (op == "swiglu") return swiglu_case(numel_option);
   if (op == "rotary_embedding") return rotary_embedding_case(numel_option);
   if (op == "drop_connect_add") return drop_connect_add_case(numel_option);
+  if (op == "cross_entropy") return cross_entropy_case(numel_option);
+  if (op == "linear_cross_entropy") return linear_cross_entropy_case(numel_option);
   const int64_t numel = numel_option == 0 ? kDefaultNumel : numel_option;
   Case c;
   if (op == "silu" || op == "swish") {
@@ -385,7 +435,8 @@ std::string shape_string(at::IntArrayRef sizes) {
 
 const std::vector<std::string>& benchmarked_ops() {
   static const std::vector<std::string> ops{"silu",     "swish",     "se_gate",          "batch_norm_silu",
-                                            "drop_connect_add", "rms_norm", "swiglu", "attention", "rotary_embedding", "adamw"};
+                                            "drop_connect_add", "rms_norm", "swiglu", "attention", "rotary_embedding", "adamw",
+                                            "cross_entropy", "linear_cross_entropy"};
   return ops;
 }
 

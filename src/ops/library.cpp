@@ -40,6 +40,22 @@ TORCH_LIBRARY(opfuse, m) {
   // [..., D], broadcast to x's leading dimensions. _backward rotates grad back (the transpose).
   m.def("rotary_embedding(Tensor x, Tensor cos, Tensor sin, bool interleaved=False) -> Tensor");
   m.def("rotary_embedding_backward(Tensor grad, Tensor cos, Tensor sin, bool interleaved) -> Tensor");
+  // Cross entropy over rows of logits [..., classes] with a class index (int64) per row, as
+  // F.cross_entropy(logits.view(-1, classes), target.view(-1), ...) (reduction 0 none, 1 mean,
+  // 2 sum). _forward also returns the loss's gradient wrt the logits (for a loss gradient of 1),
+  // which _backward_ scales by the loss's gradient in place.
+  m.def("cross_entropy(Tensor logits, Tensor target, int ignore_index=-100, int reduction=1, "
+        "float label_smoothing=0.0) -> Tensor");
+  m.def("cross_entropy_forward(Tensor logits, Tensor target, int ignore_index, int reduction, "
+        "float label_smoothing) -> (Tensor, Tensor)");
+  m.def("cross_entropy_backward_(Tensor(a!) grad_logits, Tensor grad) -> Tensor(a!)");
+  // cross_entropy(h @ weight.T, target, ...) without the logits ever held whole; _forward also
+  // returns grad_h and grad_weight (undefined where not asked for), each scaled by
+  // cross_entropy_backward_ in the backward. Reduction mean or sum.
+  m.def("linear_cross_entropy(Tensor h, Tensor weight, Tensor target, int ignore_index=-100, int reduction=1, "
+        "float label_smoothing=0.0) -> Tensor");
+  m.def("linear_cross_entropy_forward(Tensor h, Tensor weight, Tensor target, int ignore_index, int reduction, "
+        "float label_smoothing, bool grad_h, bool grad_weight) -> (Tensor, Tensor, Tensor)");
   // One AdamW step (torch.optim.AdamW's formula) for a parameter group, in place: p, m, v
   // updated in one pass over p, g, m, v; steps[i] counts params[i]'s steps (torch.optim's
   // state['step']) and is incremented first, as torch's loop increments it.

@@ -117,7 +117,7 @@ TEST(Rules, DefaultSetCoversTheNamedFusions) {
   const auto rules = default_rules();
   for (const char* name : {"silu", "se_gate", "gelu_tanh", "fast_gelu", "mish", "hardswish", "rms_norm", "layer_norm",
                            "softmax", "swiglu", "rotary_embedding", "scaled_masked_softmax", "attention",
-                           "add_layer_norm", "confusion_transpose", "fused_adam"}) {
+                           "add_layer_norm", "confusion_transpose", "fused_adam", "cross_entropy"}) {
     auto it = std::find_if(rules.begin(), rules.end(), [&](const Rule& r) { return r.name == name; });
     ASSERT_NE(it, rules.end()) << name;
     EXPECT_EQ(it->replacement.size(), 3u) << name << ": a replacement per backend";
@@ -320,6 +320,42 @@ TEST(Analyze, ChainsInsideAParentAndBackwardLocations) {
   for (const auto& l : silu->locations) places.push_back(l.where);
   std::sort(places.begin(), places.end());
   EXPECT_EQ(places, (std::vector<std::string>{"blocks.0._swish", "blocks.0._swish (backward)"}));
+}
+
+// Cross entropy three ways: F.cross_entropy (cross_entropy_loss wrapping log_softmax and
+// nll_loss_nd, each wrapping its own op), the two written out, and autograd's backward of either.
+TEST(Analyze, CrossEntropyForwardSpellingsAndItsBackward) {
+  std::string ev;
+  auto op = [&](const std::string& name, int tid, double ts, double dur, const std::string& dims) {
+    ev += fmt::format(R"({}{{"ph":"X","cat":"cpu_op","name":"{}","pid":1,"tid":{},"ts":{},"dur":{},"args":{{"Input Dims":{}}}}})",
+                      ev.empty() ? "" : ",\n", name, tid, ts, dur, dims);
+  };
+  const std::string logits = "[[1024,32000],[]]", loss = "[[1024,32000],[1024]]";
+  op("aten::cross_entropy_loss", 1, 0, 100, loss);
+  op("aten::log_softmax", 1, 1, 60, logits);
+  op("aten::_log_softmax", 1, 2, 58, logits);
+  op("aten::nll_loss_nd", 1, 62, 30, loss);
+  op("aten::nll_loss", 1, 63, 28, loss);
+  op("aten::nll_loss_forward", 1, 64, 26, loss);
+  op("aten::log_softmax", 1, 200, 60, logits);
+  op("aten::_log_softmax", 1, 201, 58, logits);
+  op("aten::nll_loss_nd", 1, 262, 30, loss);
+  op("aten::nll_loss", 1, 263, 28, loss);
+  op("aten::nll_loss_forward", 1, 264, 26, loss);
+  op("autograd::engine::evaluate_function: NllLossBackward0", 2, 400, 50, "[]");
+  op("aten::nll_loss_backward", 2, 401, 48, "[[],[1024,32000],[1024]]");
+  op("autograd::engine::evaluate_function: LogSoftmaxBackward0", 2, 451, 70, "[]");
+  op("aten::_log_softmax_backward_data", 2, 452, 68, "[[1024,32000],[1024,32000]]");
+  const Analysis a = analyze_text("[" + ev + "]", Backend::cpu);
+  const Finding* ce = find(a, "cross_entropy");
+  ASSERT_NE(ce, nullptr);
+  EXPECT_EQ(ce->occurrences, 3);
+  EXPECT_EQ(ce->replacement, "opfuse::cross_entropy");
+  EXPECT_DOUBLE_EQ(ce->time_us, 100 + (60 + 30) + (50 + 70));  // the wrapper whole, the two, the backward
+  EXPECT_EQ(find(analyze_text("[" + ev + "]", Backend::cuda), "cross_entropy")->replacement,
+            "liger_kernel LigerCrossEntropyLoss");
+  EXPECT_EQ(find(analyze_text("[" + ev + "]", Backend::npu), "cross_entropy")->replacement,
+            "torch.nn.functional.cross_entropy");
 }
 
 TEST(Analyze, MeasuredSavingsComeFromTheTimer) {

@@ -9,7 +9,8 @@ trap 'rm -rf "$tmp"' EXIT
 "$opfuse" --help | grep -q bench-op
 "$opfuse" bench-op --help | grep -q -- --numel
 
-for op in silu swish se_gate batch_norm_silu drop_connect_add rms_norm swiglu attention rotary_embedding adamw; do
+for op in silu swish se_gate batch_norm_silu drop_connect_add rms_norm swiglu attention rotary_embedding adamw \
+          cross_entropy linear_cross_entropy; do
   size="--numel 100000"
   [ "$op" = attention ] && size="--seq-len 70 --head-dim 32 --dropout 0.1"
   [ "$op" = adamw ] && size=""
@@ -31,6 +32,12 @@ if r["op"] == "rotary_embedding":
 if r["op"] == "adamw":  # the fused step allocates nothing; both ATen spellings make temporaries
     assert r["shape"] == "56 tensors, 15191712 parameters (stories15M)" and r["numel"] == 15191712, r["shape"]
     assert [v["peak_bytes"] for v in r["variants"]][2] == 0
+if r["op"] in ("cross_entropy", "linear_cross_entropy"):  # --numel 100000: 3 rows of 32000 logits
+    assert r["shape"] == ("[3, 32000]" if r["op"] == "cross_entropy" else "h [3, 288], weight [32000, 288]"), r["shape"]
+    peak = {v["name"]: v["peak_bytes"] for v in r["variants"]}
+    # the saved gradient instead of the log-probabilities (linear: at 3 rows the weight's
+    # gradient, which every variant makes, is nearly all of it)
+    assert r["op"] == "linear_cross_entropy" or peak["opfuse"] < peak["aten"], peak
 if r["op"] == "attention":
     assert r["shape"] == "[4, 6, 70, 32]", r["shape"]
     peak = {v["name"]: v["peak_bytes"] for v in r["variants"]}
