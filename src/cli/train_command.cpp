@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -20,6 +21,7 @@ struct TrainArgs {
   int print_freq = 1;
   bool force = false;
   bool profile_overhead = false;
+  std::string fuse;
 };
 
 std::vector<std::string> split_commas(const std::string& text) {
@@ -28,6 +30,28 @@ std::vector<std::string> split_commas(const std::string& text) {
   for (std::string part; std::getline(in, part, ',');)
     if (!part.empty()) parts.push_back(part);
   return parts;
+}
+
+// --fuse names the fusions by their rule (what analyze and tune call them); each sets the option
+// the older per-fusion flags (--swish fused, …) set, which stay as aliases.
+struct Fusion {
+  const char* rule;
+  std::string train::TrainOptions::*option;
+};
+constexpr Fusion kFusions[] = {{"silu", &train::TrainOptions::swish},
+                               {"se_gate", &train::TrainOptions::se_gate},
+                               {"batch_norm_silu", &train::TrainOptions::bn_swish},
+                               {"drop_connect_add", &train::TrainOptions::drop_connect}};
+
+void apply_fuse(const std::string& list, train::TrainOptions& o) {
+  for (const std::string& name : split_commas(list)) {
+    bool known = false;
+    for (const Fusion& f : kFusions)
+      if (name == f.rule || name == "all") o.*f.option = "fused", known = true;
+    if (!known)
+      throw std::invalid_argument(fmt::format(
+          "--fuse {}: unknown fusion (silu, se_gate, batch_norm_silu, drop_connect_add, or all)", name));
+  }
 }
 
 int run_train(TrainArgs& a) {
@@ -74,6 +98,9 @@ Run add_train(CLI::App& app) {
   auto& o = a->options;
   auto* cmd = app.add_subcommand("train", "Train a built-in model and report images/s");
   cmd->add_option("--model", o.model, "efficientnet-b0 … efficientnet-b7")->capture_default_str();
+  cmd->add_option("--fuse", a->fuse,
+                  "fusions to train with, by rule name: silu,se_gate,batch_norm_silu,drop_connect_add or all "
+                  "(the same as --swish fused --se-gate fused --bn-swish fused --drop-connect fused)");
   cmd->add_option("--swish", o.swish, "memory-efficient | composite | aten | fused")->capture_default_str();
   cmd->add_option("--se-gate", o.se_gate, "squeeze-excitation tail: composite | fused")->capture_default_str();
   cmd->add_option("--bn-swish", o.bn_swish, "BatchNorm + Swish: composite | fused (opfuse::batch_norm_silu)")
@@ -108,6 +135,7 @@ Run add_train(CLI::App& app) {
 
   return [cmd, a]() {
     if (!cmd->parsed()) return -1;
+    apply_fuse(a->fuse, a->options);
     for (const std::string* out : {&a->json, &a->options.profile})
       if (!out->empty()) report::check_output_path(*out, a->force);
     if (a->profile_overhead) {

@@ -63,6 +63,14 @@ expect_usage_error train --model efficientnet-b9
 expect_usage_error train --image-size 31
 expect_usage_error train --batch-size 0
 expect_usage_error train --swish relu
+# --fuse names fusions as analyze and tune do; the per-fusion flags are its aliases.
+"$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 --fuse silu,batch_norm_silu \
+  --json "$tmp/fuse.json" > /dev/null
+/usr/bin/python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert (r['swish'], r['bn_swish'], r['se_gate'], r['drop_connect']) == ('fused', 'fused', 'composite', 'composite'), r" "$tmp/fuse.json"
+"$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 --fuse all --json "$tmp/all.json" > /dev/null
+/usr/bin/python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert {r['swish'], r['bn_swish'], r['se_gate'], r['drop_connect']} == {'fused'}, r" "$tmp/all.json"
+expect_usage_error train --fuse silu,gelu
+grep -q -- "--fuse gelu: unknown fusion (silu, se_gate, batch_norm_silu, drop_connect_add, or all)" "$tmp/err"
 expect_usage_error train --bn-swish fast
 expect_usage_error train --drop-connect fast
 expect_usage_error train --compare memory-efficient,everything
