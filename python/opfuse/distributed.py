@@ -10,6 +10,7 @@ import datetime
 import hashlib
 import os
 import socket
+import time
 
 import torch
 import torch.distributed as dist
@@ -122,7 +123,7 @@ class Ranks:
     def diagnose(self, error):
         """One line naming the ranks that have gone (same machine) or fell behind (the store)."""
         cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        gone = [r for r, (host, pid) in enumerate(self.members) if host == self.host and r != self.rank and not _alive(pid)]
+        gone = self._gone()
         if gone:
             names = ", ".join(f"rank {r} (pid {self.members[r][1]})" for r in gone)
             return f"{names} ended while the ranks tuned together; rank {self.rank} stops too ({cause})"
@@ -130,6 +131,18 @@ class Ranks:
         if behind:
             return f"rank(s) {behind} did not reach opfuse's collective #{self.calls}; rank {self.rank} stops ({cause})"
         return f"a rank stopped answering; rank {self.rank} stops ({cause})"
+
+    def _gone(self, wait=2.0):
+        """The ranks on this machine whose process has ended. A killed process closes its sockets
+        before it becomes a zombie, so the read error that brought us here can come first: they
+        are given `wait` seconds to show as ended."""
+        deadline = time.monotonic() + wait
+        while True:
+            gone = [r for r, (host, pid) in enumerate(self.members)
+                    if host == self.host and r != self.rank and not _alive(pid)]
+            if gone or time.monotonic() >= deadline:
+                return gone
+            time.sleep(0.05)
 
     def _behind(self):
         try:
