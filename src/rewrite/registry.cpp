@@ -85,7 +85,6 @@ std::shared_ptr<Graph> parse_graph(const std::string& text, const char* what) {
   return graph;
 }
 
-// The op a replacement introduces: its first node that is not a constant.
 // The op a replacement introduces, counted to know how many places changed: its opfuse op (the
 // glue around it, e.g. attention's transpose of kᵀ back to k, is not), else its first op.
 c10::Symbol introduced_op(const Graph& replacement) {

@@ -1,5 +1,6 @@
 // Verification of a rewritten workload against its baseline: outputs, every parameter gradient
-// and (where the workload reports it) one optimizer step's update, in float64 and in float32.
+// and (where the workload reports them) its optimizer's updates from seeded gradients, in float64
+// and in float32.
 #include <fmt/format.h>
 #include <torch/torch.h>
 
