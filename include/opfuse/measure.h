@@ -79,7 +79,8 @@ Measurement interleave(const std::vector<Run>& variants, const Options& options,
                        const std::function<bool(const Measurement&)>& settled = {});
 
 // From now on, memory this process frees stays with it (tensors up to 32 MiB come from a heap
-// that is never trimmed), as interleave sets it up before measuring. Call it before profiling
+// that is never trimmed, larger ones from a cache by size of up to a quarter of the memory
+// available), as interleave sets it up before measuring. Call it before profiling
 // what will be measured, so a trace's times and the measurement share one memory regime.
 void keep_freed_memory();
 

@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "block_cache.h"
 #include "opfuse/stats.h"
 
 namespace opfuse::measure {
@@ -108,14 +109,16 @@ void prefault(double bytes) {
 }  // namespace
 
 // Memory freed between rounds stays with the process: tensors up to 32 MiB come from the heap,
-// which is never trimmed. Otherwise every round maps and faults fresh pages, and in a virtual
-// machine that reports free pages to its host a fault can stall for tens of milliseconds: a
-// 3 ms op measured 3 or 40 ms at random. (interleave then touches and frees as much again as
-// the warm-up needed, so rounds that fragment the heap find pages already there.)
+// which is never trimmed, larger ones from a cache of blocks by size. Otherwise every round maps
+// and faults fresh pages, and in a virtual machine that reports free pages to its host a fault
+// can stall for tens of milliseconds: a 3 ms op measured 3 or 40 ms at random. (interleave then
+// touches and frees as much again as the warm-up needed, so rounds that fragment the heap find
+// pages already there.)
 void keep_freed_memory() {
   static const bool once = [] {
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+    keep_large_blocks(static_cast<size_t>(std::min(4e9, available_bytes() / 4)));
     return true;
   }();
   (void)once;

@@ -10,6 +10,11 @@
 #include <random>
 #include <thread>
 
+#include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+
 #include "opfuse/measure.h"
 
 extern char** environ;
@@ -180,6 +185,54 @@ TEST(Interleave, RanksStopInTheSameRound) {
   int asked = 0;
   o.all_stop = [&asked](bool mine) { return ++asked >= 3 && mine; };  // another rank wants 2 more rounds
   EXPECT_EQ(interleave({[] { return 1.0; }}, o, [](const Measurement&) { return true; }).rounds, 4);
+}
+
+// Large tensors go back to a cache by size once measuring starts: the next one of that size is
+// the same, already touched, memory; a memory profiler still sees every allocation and free.
+class HeldBytes : public c10::MemoryReportingInfoBase {
+ public:
+  void reportMemoryUsage(void*, int64_t bytes, int64_t, int64_t, c10::Device) override { held += bytes; }
+  bool memoryProfilingEnabled() const override { return true; }
+  int64_t held = 0;
+};
+
+TEST(KeepFreedMemory, ALargeTensorsMemoryIsReusedAndStillReported) {
+  opfuse::measure::keep_freed_memory();
+  const int64_t n = (48 << 20) / sizeof(float);  // above glibc's largest mmap threshold
+  const void* first = nullptr;
+  {
+    at::Tensor t = at::empty({n});
+    first = t.data_ptr();
+    t.fill_(1);
+  }
+  const void* second = at::empty({n}).data_ptr();
+  EXPECT_EQ(first, second);
+  at::Tensor small = at::empty({1024});  // below it: the heap, as before
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data_ptr()) % 64, 0u);
+  auto held = std::make_shared<HeldBytes>();
+  {
+    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, held);
+    at::Tensor t = at::empty({n});
+    EXPECT_EQ(held->held, n * int64_t(sizeof(float)));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 64, 0u);
+  }
+  EXPECT_EQ(held->held, 0);
+}
+
+// oneDNN's convolutions take scratch space with raw_allocate and free it by pointer alone.
+TEST(KeepFreedMemory, RawBlocksOfEitherSizeAreFreedByPointer) {
+  opfuse::measure::keep_freed_memory();
+  c10::Allocator* cpu = c10::GetCPUAllocator();
+  for (size_t bytes : {size_t{4096}, size_t{48} << 20}) {
+    void* block = cpu->raw_allocate(bytes);
+    ASSERT_NE(block, nullptr);
+    static_cast<char*>(block)[bytes - 1] = 1;
+    cpu->raw_deallocate(block);
+  }
+  const at::Tensor x = at::randn({1, 64, 256, 256});
+  const at::Tensor w = at::randn({64, 64, 3, 3});
+  EXPECT_TRUE(at::conv2d(x, w).allclose(at::conv2d(x.to(at::kDouble), w.to(at::kDouble)).to(at::kFloat),
+                                        1e-3, 1e-3));
 }
 
 TEST(Environment, NamesTheBlasThreadsAndPath) {
