@@ -59,6 +59,24 @@ at::Tensor mask_view(const OptTensor& mask, const at::Tensor& q, int64_t S, cons
   return typed.expand(full);
 }
 
+// A boolean mask that keeps exactly keys j ≤ i for every head (minGPT's registered tril, sliced):
+// run as causal, so the tiles above the diagonal are skipped rather than computed and masked.
+// Reading T·S booleans costs far less than one tile product per row block.
+bool exactly_causal(const at::Tensor& mask, int64_t T, int64_t S) {
+  if (mask.scalar_type() != at::kBool || mask.dim() < 2 || mask.size(-2) != T || mask.size(-1) != S) return false;
+  return at::equal(mask, at::ones({T, S}, at::kBool).tril().expand(mask.sizes()));
+}
+
+// The mask the kernel reads and whether it runs causal: an exactly causal mask becomes causal.
+at::Tensor kernel_mask(const OptTensor& mask, const at::Tensor& q, int64_t S, bool& causal, const char* op) {
+  at::Tensor m = mask_view(mask, q, S, op);
+  if (m.defined() && exactly_causal(*mask, q.size(2), S)) {
+    causal = true;
+    return at::Tensor();
+  }
+  return m;
+}
+
 cpu::AttentionOptions options_of(const at::Tensor& q, bool causal, c10::optional<double> scale, double dropout_p,
                                  const char* op) {
   TORCH_CHECK(dropout_p >= 0 && dropout_p <= 1, op, ": dropout_p must be in [0, 1], got ", dropout_p);
@@ -95,8 +113,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_forward_cpu(const at::T
   constexpr const char* op = "opfuse::attention";
   check_qkv(q_in, k_in, v_in, op);
   const at::Tensor q = as_heads(q_in), k = as_heads(k_in), v = as_heads(v_in);
+  const at::Tensor m = kernel_mask(mask, q, k.size(2), causal, op);
   cpu::AttentionOptions options = options_of(q, causal, scale, dropout_p, op);
-  const at::Tensor m = mask_view(mask, q, k.size(2), op);
   if (dropout_p > 0) options.seed = draw_seed(generator);
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
   at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::toOpMathType(q.scalar_type())));
@@ -135,9 +153,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
   TORCH_CHECK(lse.sizes() == out.sizes().slice(0, 3) && lse.scalar_type() == at::toOpMathType(q.scalar_type()), op,
               ": lse must be the [B, H, T] ", at::toOpMathType(q.scalar_type()), " that _forward returned, got ",
               lse_in.sizes(), " ", lse_in.scalar_type());
+  const at::Tensor m = kernel_mask(mask, q, k.size(2), causal, op);
   cpu::AttentionOptions options = options_of(q, causal, scale, dropout_p, op);
   options.seed = seed_of(seed, op);
-  const at::Tensor m = mask_view(mask, q, k.size(2), op);
   at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
              dv = at::empty(v.sizes(), v.options());
   cpu::attention_backward_kernel(dout, q, k, v, out, lse, m, options, dq, dk, dv);

@@ -151,6 +151,31 @@ TEST_P(AttentionTest, BooleanAndAdditiveMasks) {
   check(a, "additive mask [B, 1, T, S]");
 }
 
+// minGPT's mask: a registered tril [1, 1, 128, 128] sliced to T. Exactly causal, so it runs as
+// causal (the same bits as causal=true); one key more or less and it is a mask like any other.
+TEST_P(AttentionTest, AnExactlyCausalMaskRunsAsCausal) {
+  const auto [cap, dtype] = GetParam();
+  CapabilityScope scope(cap);
+  SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
+  const int64_t T = 70;
+  const at::Tensor bias = torch::ones({128, 128}).tril().view({1, 1, 128, 128});
+  Case c = random_case({2, 3, T, 32}, T, 32, dtype);
+  c.mask = bias.slice(2, 0, T).slice(3, 0, T) != 0;
+  check(c, "tril mask");
+  const at::Tensor dout = torch::randn({2, 3, T, 32}).to(dtype);
+  const Result masked = run(c, dout);
+  Case causal = c;
+  causal.mask = c10::nullopt;
+  causal.causal = true;
+  const Result plain = run(causal, dout);
+  EXPECT_TRUE(torch::equal(masked.out, plain.out) && torch::equal(masked.dq, plain.dq) &&
+              torch::equal(masked.dk, plain.dk) && torch::equal(masked.dv, plain.dv));
+  at::Tensor almost = c.mask->clone();
+  almost.index_put_({0, 0, 40, 41}, true);  // one key past the diagonal
+  c.mask = almost;
+  check(c, "tril mask but one key");
+}
+
 TEST_P(AttentionTest, StridedInputs) {
   const auto [cap, dtype] = GetParam();
   CapabilityScope scope(cap);
