@@ -1,10 +1,8 @@
 // opfuse::rotary_embedding: front end, autograd and the C++ API. The loops live in
-// cpu/rotary_embedding_loops.h; this file turns cos and sin into the per-pair 2×2 matrices they
-// apply and finds which table row each row of x takes.
-#include <ATen/Dispatch.h>
+// cpu/rotary_embedding_loops.h; this file checks the tables and finds which table row each row of
+// x takes.
 #include <ATen/ExpandUtils.h>
 #include <ATen/OpMathType.h>
-#include <c10/util/accumulate.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
@@ -43,40 +41,6 @@ void check_arguments(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
               " over its leading dimensions (for x [B, T, H, D] pass [T, 1, D/2], for [B, H, T, D] pass [T, D/2])");
 }
 
-// The coefficients [a | b | c | d] of y_a = a·x_a + b·x_b, y_b = c·x_a + d·x_b for one table row
-// of `width` values: forward (cos₁, −sin₁, sin₂, cos₂), ₁ and ₂ the tables' values at x_a's and
-// x_b's places (the same for per-pair tables); transposed for the backward, (cos₁, sin₂, −sin₁,
-// cos₂), which for per-pair tables is the rotation by −θ.
-template <typename A>
-void fill_coefficients(const A* cos, const A* sin, int64_t width, int64_t P, bool interleaved, bool transposed,
-                       A* k) {
-  for (int64_t i = 0; i < P; ++i) {
-    const int64_t at_a = width == P ? i : interleaved ? 2 * i : i;
-    const int64_t at_b = width == P ? i : interleaved ? 2 * i + 1 : P + i;
-    k[i] = cos[at_a];
-    k[P + i] = transposed ? sin[at_b] : -sin[at_a];
-    k[2 * P + i] = transposed ? -sin[at_a] : sin[at_b];
-    k[3 * P + i] = cos[at_b];
-  }
-}
-
-// [n, 4, P] in the accumulation dtype, a row of coefficients per row of cos. A plain loop: the
-// tables are small and a handful of ATen calls would cost more than the rotation of a few MB.
-at::Tensor coefficient_table(const at::Tensor& cos_in, const at::Tensor& sin_in, int64_t d, bool interleaved,
-                             bool transposed) {
-  const int64_t P = d / 2, width = cos_in.size(-1), n = c10::multiply_integers(leading(cos_in));
-  const at::ScalarType acc = at::toOpMathType(cos_in.scalar_type());
-  const at::Tensor cos = cos_in.to(acc).contiguous(), sin = sin_in.to(acc).contiguous();
-  at::Tensor table = at::empty({n, 4, P}, cos.options());
-  AT_DISPATCH_FLOATING_TYPES(acc, "opfuse::rotary_embedding", [&] {
-    const scalar_t *c = cos.data_ptr<scalar_t>(), *s = sin.data_ptr<scalar_t>();
-    scalar_t* k = table.data_ptr<scalar_t>();
-    for (int64_t r = 0; r < n; ++r)
-      fill_coefficients(c + r * width, s + r * width, width, P, interleaved, transposed, k + r * 4 * P);
-  });
-  return table;
-}
-
 // For each of x's leading dimensions, how many table rows one step along it moves: the table's
 // leading dimensions right-aligned to x's, 0 where the table broadcasts (size 1 or absent).
 std::vector<int64_t> table_row_strides(const at::Tensor& cos, const at::Tensor& x) {
@@ -95,8 +59,10 @@ at::Tensor rotate(const at::Tensor& x_in, const at::Tensor& cos, const at::Tenso
   const at::Tensor x = x_in.contiguous();
   at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
   if (x.numel() == 0) return y;
-  const at::Tensor table = coefficient_table(cos, sin, x.size(-1), interleaved, transposed);
-  cpu::rotary_embedding_kernel(x, table, table_row_strides(cos, x), interleaved, y);
+  // The kernel reads the tables' rows in the accumulation dtype (a no-op for the usual tables).
+  const at::ScalarType acc = at::toOpMathType(cos.scalar_type());
+  const at::Tensor c = cos.to(acc).contiguous(), s = sin.to(acc).contiguous();
+  cpu::rotary_embedding_kernel(x, c, s, table_row_strides(cos, x), interleaved, transposed, y);
   return y;
 }
 

@@ -68,12 +68,13 @@ void swiglu_backward_kernel(const at::Tensor& dy, const at::Tensor& gate, const 
 
 // Rotary embedding over rows of x's last dimension d = 2P (x and y contiguous, one dtype): pair i
 // of a row is (x[i], x[P + i]) (rotate-half) or (x[2i], x[2i + 1]) (interleaved), mapped by
-//   y_a = a·x_a + b·x_b,   y_b = c·x_a + d·x_b
-// with the coefficients [a | b | c | d] (each [P]) of the row's table row; table [n, 4, P] in the
-// accumulation dtype (float, double for float64). table_row_strides, one per leading dimension of
-// x, is how many table rows a step along it moves (0 where the table broadcasts).
-void rotary_embedding_kernel(const at::Tensor& x, const at::Tensor& table, at::IntArrayRef table_row_strides,
-                             bool interleaved, at::Tensor& y);
+//   y_a = cos_a·x_a − sin_a·x_b,   y_b = sin_b·x_a + cos_b·x_b   (transposed: the matrix's transpose)
+// with the angles of the row's table row: cos and sin [n, width] contiguous in the accumulation
+// dtype (float, double for float64), width P (one angle per pair) or d (one per element, laid out
+// like x). table_row_strides, one per leading dimension of x, is how many table rows a step along
+// it moves (0 where the table broadcasts).
+void rotary_embedding_kernel(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                             at::IntArrayRef table_row_strides, bool interleaved, bool transposed, at::Tensor& y);
 
 // Cross entropy over rows of n logits (row r at logits' data + r·row_stride, its n elements
 // contiguous; rows = target.numel(), target int64 contiguous, every entry ignore_index or in
