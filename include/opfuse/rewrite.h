@@ -21,7 +21,8 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual std::string name() const = 0;
-  virtual at::Tensor forward(const at::Tensor& x) = 0;
+  // forward's positional inputs; a model that returns a tuple trains on its first element.
+  virtual at::Tensor forward(const std::vector<at::Tensor>& inputs) = 0;
   // The trainable parameters, named, in a stable order (the same for a clone).
   virtual std::vector<std::pair<std::string, at::Tensor>> named_parameters() = 0;
   virtual void set_training(bool on) = 0;

@@ -16,11 +16,23 @@ namespace opfuse::tune {
 
 class Workload;  // opfuse/workload.h (LibTorch types; the report needs none of them)
 
+// One positional input of a TorchScript model's forward, as --input-shape gives it:
+// "16,3,224,224" (float32, normal), "8,64:int64:32000" (integers uniform in [0, 32000): token
+// ids), "8,64:bool" (a mask that keeps everything: all true).
+struct InputSpec {
+  std::vector<int64_t> shape;
+  std::string dtype = "float32";  // float32 | float64 | bfloat16 | int64 | int32 | bool
+  int64_t high = 0;               // integer inputs: values below it
+};
+// Throws std::invalid_argument quoting `text` and saying what is wrong.
+InputSpec parse_input_spec(const std::string& text);
+std::string to_string(const InputSpec& spec);  // parses back to the same spec
+
 struct TuneOptions {
   std::string model = "efficientnet-b0";  // a built-in model, or a TorchScript FILE.pt
   int image_size = 128;
   int batch_size = 16;
-  std::vector<int64_t> input_shape;  // TorchScript models
+  std::vector<InputSpec> inputs;  // TorchScript models: forward's positional inputs, batch first
   std::string sample_unit = "images";  // what images_per_sec counts: images, sequences, samples: the input, batch first
   std::string loss = "ce";           // ce (class labels) | mse (a random target)
   int num_classes = 1000;            // built-in models
@@ -112,7 +124,8 @@ struct TuneResult {
   std::string model;
   int image_size = 0, batch_size = 0, steps = 0, rounds = 0, threads = 0;
   int ranks = 1;  // processes that trained together (torch.distributed); batch_size is all of theirs
-  std::vector<int64_t> input_shape;  // TorchScript models
+  std::vector<int64_t> input_shape;  // TorchScript models: the first input's
+  std::vector<std::string> inputs;   // TorchScript models: every input, as --input-shape gives it
   std::string sample_unit = "images";  // what images_per_sec counts: images, sequences, samples
   Side baseline, tuned;
   double speedup = 1;  // baseline / tuned step time, median of paired rounds
@@ -140,6 +153,12 @@ void validate(const TuneOptions& options);
 // The options every workload's loop reads (steps, rounds, out_dir, …).
 void validate_loop(const TuneOptions& options);
 
+// Verifies `candidate` against `baseline` in float64 and float32 (neither is changed: both run as
+// clones). Also what opfuse.patch() runs for each rewrite.
+Verdict verify(const Workload& baseline, const Workload& candidate, uint64_t seed);
+// "failed verification (gradient of _fc.weight off by 0.31)", for a verdict that did not pass.
+std::string rejection(const Verdict& v);
+
 // The loop on the model options.model names. Throws std::invalid_argument for bad options or a
 // model that cannot be loaded.
 TuneResult tune(const TuneOptions& options, const Hooks& hooks = {});
@@ -150,8 +169,8 @@ TuneResult tune(const TuneOptions& options, const Hooks& hooks = {});
 TuneResult tune(const Workload& pristine, const TuneOptions& options, const Hooks& hooks,
                 std::shared_ptr<Workload>* tuned = nullptr);
 
-// `opfuse rewrite`: the TorchScript rewrites of every rule applied and verified on an input of
-// `input_shape`; the rewritten module is written to out_path only when at least one verified.
+// `opfuse rewrite`: the TorchScript rewrites of every rule applied and verified on inputs made
+// as options.inputs says; the rewritten module is written to out_path only when at least one verified.
 struct RewriteResult {
   std::vector<Replacement> replacements;
   bool written = false;

@@ -283,8 +283,9 @@ def _write(path, text):
 
 def patch(model, inputs, loss_fn=None, rules=None):
     """Applies to `model` itself every rewrite that verifies on these inputs (outputs and, with a
-    loss_fn, every gradient), without measuring. Returns [(rule, places)] of what was replaced;
-    a rewrite that fails verification leaves the model as it was."""
+    loss_fn, every gradient, in float64 and in float32 as tune verifies), without measuring.
+    Returns [(rule, places)] of what was replaced; a rewrite that fails verification leaves the
+    model as it was."""
     inputs = _as_inputs(inputs)
     _copy_of(model)
     _check_runs(model, inputs, loss_fn)
@@ -299,29 +300,18 @@ def patch(model, inputs, loss_fn=None, rules=None):
         candidate = reference.clone()
         if candidate.apply(rule) == 0:
             continue
-        if _verified(reference, candidate):
+        if _C.verify(reference, candidate, _VERIFY_SEED)[0]:
             places = original.apply(rule)
             done.append((rule.name, places))
     return done
 
 
+_VERIFY_SEED = 11
+
+
 def _sum_of_outputs(out):
     from .workload import flatten_tensors
     return sum(t.float().sum() for t in flatten_tensors(out) if t.is_floating_point())
-
-
-def _verified(baseline, candidate, seed=11):
-    """float64 agreement of outputs and gradients within tune's tolerance (1e-9 of the largest)."""
-    ref_out, ref_grads, _ = baseline.clone().probe(torch.float64, seed, 0.0)  # no optimizer rewrites here
-    got_out, got_grads, _ = candidate.clone().probe(torch.float64, seed, 0.0)
-    tensors = list(zip(ref_out, got_out)) + [(r, g) for (_, r), (_, g) in zip(ref_grads, got_grads)]
-    scale = max([r.abs().max().item() for r, _ in tensors if r is not None and r.numel()] or [0.0])
-    for r, g in tensors:
-        if (r is None) != (g is None):
-            return False
-        if r is not None and r.numel() and (r.double() - g.double()).abs().max().item() > 1e-9 * (r.abs().max().item() + scale):
-            return False
-    return True
 
 
 def profile(model, inputs, loss_fn, steps=2, path="opfuse.trace.json", optimizer=None, warmup=1, force=False):

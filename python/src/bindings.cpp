@@ -258,6 +258,15 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("tune", &tune_workload, py::arg("workload"), py::arg("rules"), py::arg("options"), py::arg("on_stage") = py::none(),
         py::arg("on_progress") = py::none());
+  m.def(
+      "verify",
+      [](const Workload& baseline, const Workload& candidate, uint64_t seed) {
+        const opfuse::tune::Verdict v = opfuse::tune::verify(baseline, candidate, seed);
+        return py::make_tuple(v.passed, v.float64_error, v.float32_error, v.passed ? "" : opfuse::tune::rejection(v));
+      },
+      py::arg("baseline"), py::arg("candidate"), py::arg("seed"),
+      "tune's verification of candidate against baseline (float64 and float32, outputs, gradients and "
+      "optimizer updates): (passed, float64 error, float32 error, why it failed)");
   m.def("environment", [] { return opfuse::report::environment_json(opfuse::measure::environment()).dump(); },
         "what measured figures depend on (BLAS, threads, CPU path, LibTorch) as JSON");
   m.def("analyze", &analyze_paths, py::arg("paths"), py::arg("rules"), py::arg("measure") = false, py::arg("top") = 15);

@@ -47,8 +47,18 @@ std::string output_folder(const std::string& requested, bool force, bool& create
 }
 
 void add_model_options(CLI::App* cmd, TuneArgs& a) {
-  cmd->add_option("--input-shape", a.options.input_shape, "TorchScript models: the input shape, batch first (16,3,224,224)")
-      ->delimiter(',');
+  cmd->add_option_function<std::vector<std::string>>(
+         "--input-shape",
+         [&a](const std::vector<std::string>& specs) {
+           try {
+             for (const std::string& spec : specs) a.options.inputs.push_back(tune::parse_input_spec(spec));
+           } catch (const std::invalid_argument& e) {
+             throw CLI::ValidationError(e.what());  // a parse error: one line, exit 2
+           }
+         },
+         "TorchScript models: one per input of forward, batch first: SHAPE[:DTYPE[:BOUND]], e.g. 16,3,224,224 "
+         "(float32), 8,64:int64:32000 (token ids below 32000), 8,64:bool (a mask, all true)")
+      ->type_name("SHAPE[:DTYPE[:BOUND]]");
   cmd->add_option("--loss", a.options.loss, "ce: class labels from the output's second dimension; mse: a random target")
       ->capture_default_str()
       ->check(CLI::IsMember({"ce", "mse"}));
@@ -165,7 +175,7 @@ Run add_rewrite(CLI::App& app) {
     if (!cmd->parsed()) return -1;
     report::check_output_path(*out, a->force);
     a->options.model = *in;
-    if (a->options.input_shape.empty())
+    if (a->options.inputs.empty())
       throw std::invalid_argument(fmt::format("{}: pass --input-shape (e.g. 16,3,224,224) to verify the rewrite", *in));
     a->options.rules = analyze::rule_set(a->rules, !a->no_default_rules);
     const tune::RewriteResult r = tune::rewrite_file(*in, *out, a->options);

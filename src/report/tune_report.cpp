@@ -85,7 +85,8 @@ std::string estimate_notes(const std::vector<Replacement>& replacements) {
 }
 
 std::string format_tune(const TuneResult& r) {
-  const std::string input = !r.input_shape.empty() ? fmt::format("input {}", fmt::join(r.input_shape, "x"))
+  const std::string input = r.inputs.size() > 1    ? fmt::format("inputs {}", fmt::join(r.inputs, " "))
+                            : !r.input_shape.empty() ? fmt::format("input {}", fmt::join(r.input_shape, "x"))
                             : r.image_size > 0     ? fmt::format("at {}x{}, batch {}", r.image_size, r.image_size, r.batch_size)
                                                    : fmt::format("batch {}", r.batch_size);
   const std::string ranks = r.ranks > 1 ? fmt::format(" over {} ranks", r.ranks) : "";
@@ -161,6 +162,7 @@ nlohmann::json tune_json(const TuneResult& r) {
           {"batch_size", r.batch_size},
           {"sample_unit", r.sample_unit},
           {"input_shape", r.input_shape},
+          {"inputs", r.inputs},
           {"steps", r.steps},
           {"rounds", r.rounds},
           {"threads", r.threads},

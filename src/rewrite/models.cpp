@@ -85,8 +85,8 @@ std::unique_ptr<Model> efficientnet(const std::string& name, int image_size, int
 TorchScriptModel::TorchScriptModel(torch::jit::Module m, std::string name)
     : module(std::move(m)), name_(std::move(name)) {}
 
-at::Tensor TorchScriptModel::forward(const at::Tensor& x) {
-  c10::IValue out = module.forward({x});
+at::Tensor TorchScriptModel::forward(const std::vector<at::Tensor>& inputs) {
+  c10::IValue out = module.forward(std::vector<c10::IValue>(inputs.begin(), inputs.end()));
   if (out.isTuple()) out = out.toTupleRef().elements().at(0);  // (logits, aux…): train on the first
   if (!out.isTensor()) throw std::invalid_argument(fmt::format("{}: forward returns no tensor", name_));
   return out.toTensor();

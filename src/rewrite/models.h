@@ -12,7 +12,7 @@ class EfficientNetModel : public Model {
  public:
   EfficientNetModel(std::string name, int image_size, int num_classes);
   std::string name() const override { return name_; }
-  at::Tensor forward(const at::Tensor& x) override { return net->forward(x); }
+  at::Tensor forward(const std::vector<at::Tensor>& inputs) override { return net->forward(inputs.at(0)); }
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() override;
   void set_training(bool on) override { net->train(on); }
   void to(at::ScalarType dtype) override { net->to(dtype); }
@@ -36,7 +36,7 @@ class TorchScriptModel : public Model {
  public:
   TorchScriptModel(torch::jit::Module module, std::string name);
   std::string name() const override { return name_; }
-  at::Tensor forward(const at::Tensor& x) override;
+  at::Tensor forward(const std::vector<at::Tensor>& inputs) override;
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() override;
   void set_training(bool on) override { module.train(on); }
   void pass_dropout() override;

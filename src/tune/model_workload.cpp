@@ -18,7 +18,84 @@ std::unique_ptr<rewrite::Model> load_model(const TuneOptions& o) {
   return rewrite::efficientnet(o.model, o.image_size, o.num_classes, o.seed);
 }
 
+struct DtypeName {
+  const char* name;
+  at::ScalarType type;
+};
+constexpr DtypeName kInputDtypes[] = {{"float32", at::kFloat}, {"float64", at::kDouble}, {"bfloat16", at::kBFloat16},
+                                      {"int64", at::kLong},    {"int32", at::kInt},     {"bool", at::kBool}};
+
+at::ScalarType dtype_of(const std::string& name) {
+  for (const auto& d : kInputDtypes)
+    if (name == d.name) return d.type;
+  throw std::invalid_argument(fmt::format("unknown dtype '{}'", name));
+}
+
+bool is_integer(const std::string& dtype) { return dtype == "int64" || dtype == "int32"; }
+
+std::vector<int64_t> parse_shape(const std::string& text) {
+  std::vector<int64_t> shape;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string dim = text.substr(at, comma - at);
+    size_t used = 0;
+    int64_t d = 0;
+    try {
+      d = std::stoll(dim, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (dim.empty() || used != dim.size() || d < 1)
+      throw std::invalid_argument(fmt::format("'{}' is not a positive dimension", dim));
+    shape.push_back(d);
+    at = comma + 1;
+  }
+  return shape;
+}
+
 }  // namespace
+
+InputSpec parse_input_spec(const std::string& text) {
+  try {
+    InputSpec spec;
+    const size_t colon = text.find(':');
+    spec.shape = parse_shape(text.substr(0, colon));
+    if (colon == std::string::npos) return spec;
+    const std::string rest = text.substr(colon + 1);
+    const size_t second = rest.find(':');
+    spec.dtype = rest.substr(0, second);
+    dtype_of(spec.dtype);  // throws for an unknown one
+    if (second != std::string::npos) {
+      if (!is_integer(spec.dtype)) throw std::invalid_argument(fmt::format("a {} input takes no bound", spec.dtype));
+      size_t used = 0;
+      const std::string high = rest.substr(second + 1);
+      try {
+        spec.high = std::stoll(high, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (high.empty() || used != high.size() || spec.high < 1)
+        throw std::invalid_argument(fmt::format("the bound '{}' is not a positive integer", high));
+    } else if (is_integer(spec.dtype)) {
+      throw std::invalid_argument(fmt::format("an {} input needs its values' bound, e.g. {}:{}:32000 for token ids",
+                                              spec.dtype, text.substr(0, colon), spec.dtype));
+    }
+    return spec;
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format(
+        "--input-shape {}: {} (expected SHAPE[:DTYPE[:BOUND]], e.g. 16,3,224,224 or 8,64:int64:32000; dtypes "
+        "float32, float64, bfloat16, int64, int32, bool)",
+        text, e.what()));
+  }
+}
+
+std::string to_string(const InputSpec& spec) {
+  std::string out = fmt::format("{}", fmt::join(spec.shape, ","));
+  if (spec.dtype != "float32") out += ":" + spec.dtype;
+  if (spec.high > 0) out += fmt::format(":{}", spec.high);
+  return out;
+}
 
 // Whatever its extension (.pt, .pth, .torchscript, none): torch.jit.save writes any name, so a
 // model that is not one of the built-in names is a file.
@@ -26,12 +103,25 @@ bool is_file_model(const std::string& model) {
   return model.rfind("efficientnet-", 0) != 0 || std::filesystem::exists(model);
 }
 
-std::vector<int64_t> input_shape(const TuneOptions& o) {
-  if (!o.input_shape.empty()) return o.input_shape;
+std::vector<InputSpec> input_specs(const TuneOptions& o) {
+  if (!o.inputs.empty()) return o.inputs;
   if (is_file_model(o.model))
-    throw std::invalid_argument(fmt::format("{}: a TorchScript model needs --input-shape (e.g. 16,3,224,224)", o.model));
-  return {o.batch_size, 3, o.image_size, o.image_size};
+    throw std::invalid_argument(
+        fmt::format("{}: a TorchScript model needs --input-shape, once per input of its forward (e.g. 16,3,224,224 "
+                    "or 8,64:int64:32000)",
+                    o.model));
+  return {{{o.batch_size, 3, o.image_size, o.image_size}}};
 }
+
+namespace {
+
+at::Tensor make_input(const InputSpec& spec, at::Generator& gen) {
+  if (spec.dtype == "bool") return at::ones(spec.shape, at::kBool);
+  if (spec.high > 0) return at::randint(spec.high, spec.shape, gen, at::dtype(dtype_of(spec.dtype)));
+  return at::randn(spec.shape, gen, at::dtype(at::kFloat)).to(dtype_of(spec.dtype));
+}
+
+}  // namespace
 
 at::Tensor loss_of(const at::Tensor& output, const at::Tensor& target, const std::string& loss) {
   if (loss == "mse") return torch::mse_loss(output, target);
@@ -41,10 +131,12 @@ at::Tensor loss_of(const at::Tensor& output, const at::Tensor& target, const std
 Batches make_batches(const TuneOptions& o, rewrite::Model& model) {
   Batches b;
   b.loss = o.loss;
-  const std::vector<int64_t> shape = input_shape(o);
+  const std::vector<InputSpec> specs = input_specs(o);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed + 7);
-  for (int i = 0; i < kBatches; ++i)
-    b.inputs.push_back(at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat)));
+  for (int i = 0; i < kBatches; ++i) {
+    b.inputs.emplace_back();
+    for (const InputSpec& spec : specs) b.inputs.back().push_back(make_input(spec, gen));
+  }
   at::Tensor probe;
   {
     torch::NoGradGuard no_grad;
@@ -91,15 +183,32 @@ double ModelWorkload::step() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+namespace {
+
+// Floating inputs in the probe's dtype, nudged by `nudge` relative noise; token ids and masks as they are.
+std::vector<at::Tensor> probe_inputs(const std::vector<at::Tensor>& inputs, at::ScalarType dtype, uint64_t seed,
+                                     double nudge) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 1);
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& x : inputs) {
+    if (!x.is_floating_point()) {
+      out.push_back(x);
+      continue;
+    }
+    at::Tensor input = x.to(dtype);
+    if (nudge > 0) input = input * (1 + nudge * at::randn(input.sizes(), gen, input.options()));
+    out.push_back(input);
+  }
+  return out;
+}
+
+}  // namespace
+
 Probe ModelWorkload::probe(at::ScalarType dtype, uint64_t seed, double nudge) {
   model_->to(dtype);
   model_->set_training(true);
   model_->pass_dropout();
-  at::Tensor input = batches_->inputs[0].to(dtype);
-  if (nudge > 0) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 1);
-    input = input * (1 + nudge * at::randn(input.sizes(), gen, input.options()));
-  }
+  const std::vector<at::Tensor> input = probe_inputs(batches_->inputs[0], dtype, seed, nudge);
   torch::manual_seed(seed);
   Probe run;
   const at::Tensor& target = batches_->targets[0];

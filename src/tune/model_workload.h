@@ -16,14 +16,16 @@ namespace opfuse::tune {
 // A few batches drawn once from the seed and cycled, so every variant sees the same data and no
 // data loading reaches the timings.
 struct Batches {
-  std::vector<at::Tensor> inputs, targets;
+  std::vector<std::vector<at::Tensor>> inputs;  // per batch, forward's positional inputs
+  std::vector<at::Tensor> targets;
   std::string loss;  // ce | mse
 };
 
 // Whether options.model names a TorchScript file (any name but a built-in model's) rather than a built-in model.
 bool is_file_model(const std::string& model);
-// The input shape of options.model; throws std::invalid_argument for a TorchScript model without one.
-std::vector<int64_t> input_shape(const TuneOptions& o);
+// The inputs of options.model's forward; throws std::invalid_argument for a TorchScript model
+// without --input-shape.
+std::vector<InputSpec> input_specs(const TuneOptions& o);
 // Draws the batches; the targets' shape comes from one forward pass of `model` in eval mode.
 Batches make_batches(const TuneOptions& o, rewrite::Model& model);
 
@@ -38,10 +40,10 @@ class ModelWorkload : public Workload {
 
   std::string name() const override { return model_->name(); }
   std::string describe() const override { return model_->describe(); }
-  int64_t samples_per_step() const override { return batches_->inputs.front().size(0); }
+  int64_t samples_per_step() const override { return batches_->inputs.front().front().size(0); }
   // A batch of [N, C, H, W] floats is N images (EfficientNet, a scripted vision model).
   std::string sample_unit() const override {
-    const at::Tensor& x = batches_->inputs.front();
+    const at::Tensor& x = batches_->inputs.front().front();
     return x.dim() == 4 && x.is_floating_point() ? "images" : "samples";
   }
   std::shared_ptr<Workload> clone() const override;
@@ -59,10 +61,5 @@ class ModelWorkload : public Workload {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   size_t next_ = 0;
 };
-
-// Verifies `candidate` against `baseline` (neither is changed: both run as clones).
-Verdict verify(const Workload& baseline, const Workload& candidate, uint64_t seed);
-// "failed verification (gradient of _fc.weight off by 0.31)", for a verdict that did not pass.
-std::string rejection(const Verdict& v);
 
 }  // namespace opfuse::tune

@@ -299,15 +299,16 @@ void validate(const TuneOptions& o) {
   if (o.image_size < 32) throw std::invalid_argument(fmt::format("--image-size {} is below the minimum of 32", o.image_size));
   if (o.batch_size < 1) throw std::invalid_argument("--batch-size must be at least 1");
   if (o.loss != "ce" && o.loss != "mse") throw std::invalid_argument(fmt::format("unknown loss '{}' (ce or mse)", o.loss));
-  for (int64_t d : o.input_shape)
-    if (d < 1) throw std::invalid_argument("--input-shape dimensions must be positive");
+  for (const InputSpec& in : o.inputs)
+    if (std::any_of(in.shape.begin(), in.shape.end(), [](int64_t d) { return d < 1; }))
+      throw std::invalid_argument(fmt::format("--input-shape {}: dimensions must be positive", to_string(in)));
   if (!is_file_model(o.model)) {
     models::efficientnet_params(o.model);  // throws for an unknown name
   } else {
     if (!std::filesystem::is_regular_file(o.model))
       throw std::invalid_argument(
           fmt::format("{}: no such file (nor a built-in model: efficientnet-b0 … efficientnet-b7)", o.model));
-    input_shape(o);  // throws without --input-shape
+    input_specs(o);  // throws without --input-shape
   }
 }
 
@@ -320,7 +321,8 @@ TuneResult tune(const TuneOptions& o, const Hooks& h) {
   TuneResult result = tune(*pristine, o, h);
   result.model = o.model;
   result.image_size = is_file_model(o.model) ? 0 : o.image_size;
-  result.input_shape = o.input_shape;
+  if (!o.inputs.empty()) result.input_shape = o.inputs.front().shape;
+  for (const InputSpec& in : o.inputs) result.inputs.push_back(to_string(in));
   return result;
 }
 

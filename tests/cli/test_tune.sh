@@ -145,6 +145,27 @@ assert torch.allclose(got, ref, rtol=1e-10, atol=1e-12), (got - ref).abs().max()
 fused.float().train()(x.float()).square().mean().backward()  # dropout on: the fused op's own mask
 assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in fused.parameters())
 PY
+# A model of two inputs, neither float: token ids below the vocabulary and a bool mask.
+"$python" "$here/../python/tiny_gpt.py" "$tmp/lm.pt" --tokens 100
+"$opfuse" tune --model "$tmp/lm.pt" --input-shape 4,64:int64:100 --input-shape 4,64:bool --loss mse --steps 1 \
+  --rounds 1 --warmup 0 --profile-steps 1 --min-gain -1 --threads 1 --out "$tmp/lm" > "$tmp/lm.txt"
+grep -q "inputs 4,64:int64:100 4,64:bool" "$tmp/lm.txt"
+"$python" - "$tmp/lm/report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["inputs"] == ["4,64:int64:100", "4,64:bool"], r["inputs"]
+attention = [x for x in r["replacements"] if x["rule"] == "attention"]
+assert attention and attention[0]["verified"] and attention[0]["places"] == 2, r["replacements"]
+PY
+expect_usage_error tune --model "$tmp/lm.pt" --input-shape 4,64:int64 --out "$tmp/no-bound"
+grep -q "an int64 input needs its values' bound, e.g. 4,64:int64:32000" "$tmp/err"
+expect_usage_error tune --model "$tmp/lm.pt" --input-shape 4,6x:int64:9 --out "$tmp/bad-dim"
+grep -q "input-shape 4,6x:int64:9: '6x' is not a positive dimension" "$tmp/err"
+expect_usage_error tune --model "$tmp/lm.pt" --input-shape 4,64:half --out "$tmp/bad-dtype"
+grep -q "unknown dtype 'half'" "$tmp/err"
+# too few inputs: the interpreter's own words
+expect_usage_error tune --model "$tmp/lm.pt" --input-shape 4,64:int64:100 --out "$tmp/one-input"
+grep -q "keep" "$tmp/err"
 # A TorchScript file is one whatever its name (torch.jit.save writes any).
 cp "$tmp/net.pt" "$tmp/net.pth"
 "$opfuse" tune --model "$tmp/net.pth" --input-shape 4,3,32,32 --steps 1 --rounds 1 --warmup 0 --profile-steps 1 \

@@ -155,6 +155,33 @@ def test_patch_rewrites_inline_chains_in_place_and_reports_what_does_not_trace()
     assert torch.allclose(reference(xd), model(xd), rtol=0, atol=1e-10)
 
 
+class Swish(nn.Module):
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+
+def test_patch_verifies_in_float32_as_well_as_float64(monkeypatch):
+    def swish_net():
+        torch.manual_seed(SEED)
+        return nn.Sequential(nn.Linear(8, 8), Swish(), nn.Linear(8, 4))
+
+    x = torch.randn(4, 8)
+    loss = lambda out: out.square().mean()  # noqa: E731
+    assert "silu" in dict(opfuse.patch(swish_net(), (x,), loss))
+
+    class HalfwaySiLU(opfuse.nn.SiLU):
+        """Exact in float64, but float32 rounded through float16: only a float32 check sees it."""
+
+        def forward(self, x):
+            y = super().forward(x)
+            return y if y.dtype == torch.float64 else y.half().to(y.dtype)
+
+    monkeypatch.setattr(opfuse.nn, "SiLU", HalfwaySiLU)
+    model = swish_net()
+    assert "silu" not in dict(opfuse.patch(model, (x,), loss))
+    assert type(model[1]) is Swish, "a rewrite that failed verification leaves the model as it was"
+
+
 def test_the_tuned_model_copies_and_pickles_its_state():
     model = InlineNet()
     x = torch.randn(2, 3, 6, 6)

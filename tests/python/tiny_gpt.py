@@ -1,8 +1,10 @@
 """A small GPT written as minGPT writes it (hand-written causal attention: q @ kᵀ scaled, a
 registered tril mask sliced and compared with 0, softmax, attention dropout, @ v), on token
 embeddings given as input; scripted and saved for `opfuse tune --model FILE --loss mse`.
+With --tokens VOCAB, a language model instead: forward(token ids, a bool mask of the tokens to
+keep) → logits, for a model with two inputs, neither of them float.
 
-    /usr/bin/python3 tiny_gpt.py OUT.pt
+    /usr/bin/python3 tiny_gpt.py OUT.pt [--tokens VOCAB]
 """
 import math
 import sys
@@ -59,6 +61,19 @@ class TinyGPT(nn.Module):
         return self.ln_f(self.blocks(x))
 
 
+class TinyLM(nn.Module):
+    def __init__(self, vocab, n_embd=64):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, n_embd)
+        self.gpt = TinyGPT(n_embd)
+        self.head = nn.Linear(n_embd, vocab, bias=False)
+
+    def forward(self, idx, keep):
+        x = self.wte(idx) * keep.unsqueeze(-1).to(self.wte.weight.dtype)
+        return self.head(self.gpt(x))
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
-    torch.jit.script(TinyGPT()).save(sys.argv[1])
+    model = TinyLM(int(sys.argv[3])) if sys.argv[2:3] == ["--tokens"] else TinyGPT()
+    torch.jit.script(model).save(sys.argv[1])

@@ -139,7 +139,7 @@ std::string temp_dir(const char* name) {
 
 TEST(TorchScript, DefaultRewritesReplaceSwishAndGateAndVerify) {
   TuneOptions o = tiny();
-  o.input_shape = {3, 3, 12, 12};
+  o.inputs = {{{3, 3, 12, 12}}};
   o.model = "net.pt";
   SCOPED_TRACE("seed " + std::to_string(o.seed));
   torch::manual_seed(o.seed);
@@ -161,7 +161,7 @@ TEST(TorchScript, DefaultRewritesReplaceSwishAndGateAndVerify) {
 
 TEST(TorchScript, AWrongRewriteFailsVerification) {
   TuneOptions o = tiny();
-  o.input_shape = {3, 3, 12, 12};
+  o.inputs = {{{3, 3, 12, 12}}};
   o.model = "net.pt";
   auto model = workload(scripted_net(temp_dir("wrong")), o);
   const auto rules = analyze::load_rules(std::string(std::getenv("OPFUSE_TEST_DATA")) + "/rules/wrong_silu.yaml");
@@ -177,7 +177,7 @@ TEST(TorchScript, AWrongRewriteFailsVerification) {
 
 TEST(TorchScript, ARewriteThatFailsToRunIsRejectedWithItsError) {
   TuneOptions o = tiny();
-  o.input_shape = {3, 3, 12, 12};
+  o.inputs = {{{3, 3, 12, 12}}};
   o.model = "net.pt";
   auto model = workload(scripted_net(temp_dir("throws")), o);
   // se_gate on two same-shaped tensors: the op rejects the gate's shape at run time.
