@@ -170,11 +170,12 @@ def test_patch_verifies_in_float32_as_well_as_float64(monkeypatch):
     assert "silu" in dict(opfuse.patch(swish_net(), (x,), loss))
 
     class HalfwaySiLU(opfuse.nn.SiLU):
-        """Exact in float64, but float32 rounded through float16: only a float32 check sees it."""
+        """Exact in float64, but float32 rounded through bfloat16 (~3e-3 relative, 30× the
+        allowance): only a float32 check sees it."""
 
         def forward(self, x):
             y = super().forward(x)
-            return y if y.dtype == torch.float64 else y.half().to(y.dtype)
+            return y if y.dtype == torch.float64 else y.bfloat16().to(y.dtype)
 
     monkeypatch.setattr(opfuse.nn, "SiLU", HalfwaySiLU)
     model = swish_net()
@@ -311,7 +312,9 @@ def test_llama_rotary_embedding_is_replaced_and_computes_the_same(tmp_path):
     assert done.get("rotary_embedding") == 4, done  # 2 layers × (q, k)
     with torch.autograd.profiler.profile() as prof:
         b = model(*inputs)
-    ran = [e.name for e in prof.function_events if e.name == "opfuse::rotary_embedding"]
+    # torch 1.13's profiler now and then also records the call the autograd kernel makes inside.
+    ran = [e.name for e in prof.function_events if e.name == "opfuse::rotary_embedding"
+           and not (e.cpu_parent and e.cpu_parent.name == e.name)]
     assert len(ran) == 4, ran  # float32: the fused op, not the chain
     assert torch.allclose(reference(*inputs), b, rtol=1e-5, atol=1e-6)
 
