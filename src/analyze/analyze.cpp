@@ -92,13 +92,18 @@ std::vector<OpStat> op_table(const Trace& t, const Model& m) {
 
 Backend detect_backend(const Trace& trace) {
   if (trace.dialect == trace::Dialect::ascend) return Backend::npu;
-  std::vector<uint32_t> device;
-  for (size_t i = 0; i < trace.strings.size(); ++i)
+  std::vector<uint32_t> gpu;
+  uint32_t mtia = 0;  // the string id of "mtia_ccp_events", 0 when the trace has none
+  for (size_t i = 0; i < trace.strings.size(); ++i) {
     for (const char* c : {"kernel", "Kernel", "gpu_memcpy", "Memcpy"})
-      if (trace.strings[i] == c) device.push_back(static_cast<uint32_t>(i));
-  if (device.empty()) return Backend::cpu;  // no pass over the events for a CPU trace
-  for (const auto& e : trace.events)
-    if (std::find(device.begin(), device.end(), e.category) != device.end()) return Backend::cuda;
+      if (trace.strings[i] == c) gpu.push_back(static_cast<uint32_t>(i));
+    if (trace.strings[i] == "mtia_ccp_events") mtia = static_cast<uint32_t>(i);
+  }
+  if (gpu.empty() && mtia == 0) return Backend::cpu;  // no pass over the events for a CPU trace
+  for (const auto& e : trace.events) {
+    if (mtia != 0 && e.category == mtia) return Backend::mtia;
+    if (std::find(gpu.begin(), gpu.end(), e.category) != gpu.end()) return Backend::cuda;
+  }
   return Backend::cpu;
 }
 
