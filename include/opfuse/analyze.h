@@ -172,7 +172,9 @@ struct Summary {
   int64_t steps = 0;
   double step_us = 0;  // median ProfilerStep duration (0 without steps)
   // Where the steps came from: "ProfilerStep" (the trace's markers), "given" (Options::steps:
-  // then step_us is the span over the steps), or "" (none known: times are totals).
+  // then step_us is the span over the steps), "repeated pattern" (no markers, no count, but the
+  // main thread's top-level ops repeat whole: step_us is the median repeat), or "" (none known:
+  // times are totals).
   std::string steps_from;
   bool has_device = false;
   int64_t rank = -1;                // the trace's distributedInfo rank, or -1

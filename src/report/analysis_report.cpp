@@ -176,6 +176,9 @@ std::string format_analysis(const Analysis& a, int top, bool all) {
   out += fmt::format("\nspan      {} ms", ms(s.duration_us));
   if (s.steps_from == "given")
     out += fmt::format(", {} step{} (--steps), {} ms per step (the span over them)", s.steps, s.steps == 1 ? "" : "s", ms(s.step_us));
+  else if (s.steps_from == "repeated pattern")
+    out += fmt::format(", {} steps (no ProfilerStep markers: the top-level ops repeat {} times), {} ms per step (median)",
+                       s.steps, s.steps, ms(s.step_us));
   else if (s.steps > 0)
     out += fmt::format(", {} step{}, {} ms per step (median)", s.steps, s.steps == 1 ? "" : "s", ms(s.step_us));
   else
