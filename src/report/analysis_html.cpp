@@ -678,6 +678,11 @@ constexpr std::string_view kPage = R"page(<!doctype html>
       s.append(el("p", { class: "note" }, `Launches: ${fixed(l.delay_median_us, 1)} µs median from launch to start ` +
         `(p90 ${fixed(l.delay_p90_us, 1)} µs); ${count(l.shorter_than_launch)} of ${count(l.launched)} kernels ran shorter ` +
         `than their launch call; ${fixed(l.small_kernel_time_pct, 1)}% of kernel time in kernels under ${fixed(l.small_kernel_us, 0)} µs.`));
+    // Ascend's own split of the device's time: shown as the profiler gives it, over the whole trace.
+    const overlap = device.overlap_analysis;
+    if (overlap && list(overlap.lanes).length)
+      s.append(el("h3", {}, `The profiler's Overlap Analysis (% of its ${ms(overlap.span_us)} ms, whole trace)`),
+        pctChart(list(overlap.lanes).map((l) => ({ label: str(l.name), pct: l.pct, colour: "var(--other)" }))));
   }
 
   // --- Time per module ------------------------------------------------------------------------

@@ -79,6 +79,49 @@ assert by_rule["fused_adam"]["replacement"] == "torch_npu.optim.NpuFusedAdam"
 assert by_rule["fused_adam"]["occurrences"] == 2
 assert not any(f["kind"] == "mined" for f in a["findings"]), "ops inside the optimizer step are taken"
 PY
+# The sample as the profiler writes it with communication on: the Overlap Analysis lanes and an
+# HCCL process, uncategorised, and half the tasks linked only from their CANN API call
+# (async_acl_npu). The lanes are a summary, not ops; every aten op keeps its device time.
+/usr/bin/python3 - "$data/traces/ascend_style_sample.json" "$tmp/npu-overlap.json" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))
+meta = lambda pid, name: {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
+tasks = [e for e in events if e.get("pid") == 800 and e["ph"] == "X"]
+start, end = float(tasks[0]["ts"]), max(float(t["ts"]) + t["dur"] for t in tasks)
+out = [meta(900, "Overlap Analysis"), meta(901, "HCCL")]
+at = start  # the lanes tile the device's time, one after the other here
+for tid, name, share in ((0, "Computing", 0.6), (3, "Free", 0.3), (1, "Communication", 0.1)):
+    out.append({"ph": "X", "name": name, "pid": 900, "tid": tid, "ts": "%.3f" % at, "dur": share * (end - start)})
+    at += share * (end - start)
+out.append({"ph": "X", "name": "hcom_allReduce__7_0_1", "pid": 901, "tid": 0, "ts": "%.3f" % start, "dur": 50})
+api = {}  # the CANN call made inside each op: the last one starting at or after the op
+for e in events:
+    if e.get("pid") == 12340002 and e["ph"] == "X":
+        api[e["ts"]] = e
+for e in events:
+    if e["ph"] in "sf" and e["id"] % 2 == 0:
+        e["cat"] = e["name"] = "async_acl_npu"
+        if e["ph"] == "s":  # from the API call inside the op, on the CANN process
+            call = min((c for c in api.values() if float(c["ts"]) >= float(e["ts"])), key=lambda c: float(c["ts"]))
+            e.update(pid=12340002, ts=call["ts"])
+json.dump(events + out, open(sys.argv[2], "w"))
+PY
+"$opfuse" analyze "$tmp/npu-overlap.json" --json "$tmp/npu-overlap-out.json" > "$tmp/npu-overlap.txt"
+grep -q "^          the profiler's Overlap Analysis over the trace (.* ms): Computing .* ms (60.0%), Communication .* ms (10.0%), Free .* ms (30.0%)$" "$tmp/npu-overlap.txt"
+/usr/bin/python3 - "$tmp/npu.json" "$tmp/npu-overlap-out.json" <<'PY'
+import json, sys
+plain, overlap = (json.load(open(p)) for p in sys.argv[1:])
+names = {o["name"] for o in overlap["ops"]}
+assert names == {o["name"] for o in plain["ops"]}, names ^ {o["name"] for o in plain["ops"]}
+device = {o["name"]: o["device_us"] for o in plain["ops"]}
+for o in overlap["ops"]:
+    assert abs(o["device_us"] - device[o["name"]]) < 1e-6, (o["name"], o["device_us"], device[o["name"]])
+assert device["aten::convolution"] > 0 and device["aten::add_"] > 0
+lanes = {l["name"]: l for l in overlap["device"]["overlap_analysis"]["lanes"]}
+assert set(lanes) == {"Computing", "Free", "Communication"} and abs(lanes["Computing"]["pct"] - 60) < 0.1, lanes
+assert overlap["device"]["overlap_analysis"]["per"] == "total" and plain["device"]["overlap_analysis"] is None
+assert overlap["device"]["device"] == plain["device"]["device"] and overlap["device"]["busy_us"] == plain["device"]["busy_us"]
+PY
 "$opfuse" analyze "$data/traces/ascend_style_sample.json" --no-default-rules \
   --rules "$data/rules/ascend_advisor_timeline_fusion_ops.yaml" | grep -q "torch_npu.optim.NpuFusedAdam"
 "$opfuse" analyze "$data/traces/kineto_rocm_minitoy.json.gz" --json "$tmp/gpu.json" > "$tmp/gpu.txt"
@@ -102,6 +145,11 @@ assert a["devices"][0] == d
 assert a["trace"]["steps"] == 2  # the GPU's copy of ProfilerStep#1 is no third step
 assert any(o["device_us"] for o in a["ops"]), "ops carry the device time of their kernels"
 PY
+# Meta's MTIA: mtia_ccp_events are its device (the synthetic layout of make_gpu_trace.py).
+/usr/bin/python3 "$(dirname "$0")/../analyze/make_gpu_trace.py" "$tmp/mtia.json" --layout mtia --steps 3 --ops 20
+"$opfuse" analyze "$tmp/mtia.json" > "$tmp/mtia.txt"
+grep -q "dialect   PyTorch Kineto, backend mtia" "$tmp/mtia.txt"
+grep -q "^device    0: .* ms window per step" "$tmp/mtia.txt"
 "$opfuse" analyze "$data/traces/kineto_cpu_only.json.gz" --json "$tmp/cpu.json" > /dev/null
 /usr/bin/python3 -c "import json, sys; a = json.load(open(sys.argv[1])); assert a['device'] is None and a['devices'] == []" "$tmp/cpu.json"
 "$opfuse" analyze "$data/traces/kineto_cpu_only.json.gz" | grep -q "backend cpu"
