@@ -172,7 +172,8 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     const grid = el("div", { class: "meta" },
       meta("dialect", str(trace.dialect) || "–"), meta("backend", str(trace.backend) || "–"),
       meta("events", count(trace.events)), meta("duration", `${ms(trace.duration_us)} ms`),
-      meta("steps", trace.steps > 0 ? `${count(trace.steps)}${trace.steps_from === "given" ? " (given)" : ""}` :
+      meta("steps", trace.steps > 0 ? `${count(trace.steps)}${trace.steps_from === "given" ? " (given)" :
+        trace.steps_from === "repeated pattern" ? " (the top-level ops repeat)" : ""}` :
         "none marked: times are totals"),
       meta("step time (traced)", trace.steps > 0 ? `${ms(trace.step_us)} ms` : "–"),
       meta("skipped events", count(trace.skipped_events), trace.skipped_events > 0));
