@@ -6,16 +6,19 @@
 namespace opfuse::analyze {
 
 struct RepeatedSteps {
-  int64_t steps = 0;   // whole repeats of the period; 0 when the ops do not clearly repeat
-  size_t period = 0;   // top-level ops per step
-  double step_us = 0;  // median time from one repeat's first op to the next one's
+  int64_t steps = 0;   // 0 when the ops do not clearly repeat
+  size_t period = 0;   // top-level ops per step (the median step's, for near repeats)
+  double step_us = 0;  // median time from one step's start to the next one's
 };
 
-// A training loop profiled without a schedule repeats the same top-level ops on its main thread
-// (the one with the most) once per step: forward ops, the backward call, the optimizer step.
-// Inferred only when that sequence is whole repeats of one period (a partial step before the first
-// and after the last allowed), at least two of them, and the period shows training (an optimizer
-// step or a backward op): a forward pass of identical layers alone is no step.
+// A training loop profiled without a schedule repeats the same top-level ops once per step:
+// forward ops, the backward call, the optimizer step. Inferred, at least two steps, when
+//  - the main thread's (the one with the most) top-level ops are whole repeats of one period (a
+//    partial step before the first and after the last allowed) that shows training (an optimizer
+//    step or a backward op): a forward pass of identical layers alone is no step; or else
+//  - the thread that runs Optimizer.step ops, split after each, gives steps that nearly repeat
+//    (80% of their ops in common with the median step), as real loops do.
+// Anything less clear gives no steps.
 RepeatedSteps repeated_steps(const trace::Trace& trace, const trace::Model& model);
 
 }  // namespace opfuse::analyze
