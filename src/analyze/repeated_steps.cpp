@@ -25,6 +25,8 @@ bool is_training_name(const std::string& name) {
          starts_with(name, "autograd::engine::evaluate_function");
 }
 
+double end_of(const Trace& t, int32_t e) { return t.events[e].ts + t.events[e].dur; }
+
 std::vector<uint32_t> names_of(const Trace& t, const std::vector<int32_t>& ops) {
   std::vector<uint32_t> names(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) names[i] = t.events[ops[i]].name;
@@ -54,9 +56,12 @@ RepeatedSteps exact_repeats(const Trace& t, const Model& m) {
   const size_t p = smallest_period(names), k = names.size() / p;
   if (p < 2 || k < 2) return {};
   if (!std::any_of(names.begin(), names.begin() + p, [&](uint32_t n) { return is_training_name(t.strings[n]); })) return {};
-  std::vector<double> spans;  // first op of a repeat to the first of the next
-  for (size_t j = 0; (j + 1) * p < names.size(); ++j)
-    spans.push_back(t.events[(*main)[(j + 1) * p]].ts - t.events[(*main)[j * p]].ts);
+  std::vector<double> spans;  // first op of a repeat to the first of the next (the last: to its last op's end)
+  for (size_t j = 0; j < k; ++j) {
+    const size_t next = (j + 1) * p;
+    const double end = next < names.size() ? t.events[(*main)[next]].ts : end_of(t, main->back());
+    spans.push_back(end - t.events[(*main)[j * p]].ts);
+  }
   return {static_cast<int64_t>(k), p, median(spans)};
 }
 
@@ -94,7 +99,7 @@ RepeatedSteps optimizer_steps(const Trace& t, const Model& m) {
   for (size_t j = 1; j < ends.size(); ++j) steps.push_back(step(ends[j - 1] + 1, ends[j]));
   std::vector<size_t> by_length(steps.size());
   for (size_t j = 0; j < steps.size(); ++j) by_length[j] = j;
-  std::sort(by_length.begin(), by_length.end(), [&](size_t a, size_t b) { return steps[a].size() < steps[b].size(); });
+  std::stable_sort(by_length.begin(), by_length.end(), [&](size_t a, size_t b) { return steps[a].size() < steps[b].size(); });
   const std::vector<uint32_t>& typical = steps[by_length[by_length.size() / 2]];
   if (typical.size() < 2) return {};  // optimizer steps alone, one after another, show no loop
   for (const auto& s : steps)
@@ -102,8 +107,9 @@ RepeatedSteps optimizer_steps(const Trace& t, const Model& m) {
   const bool first_whole = shared(step(0, ends[0]), typical) >= kNearlyShared;
   const int64_t count = static_cast<int64_t>(steps.size()) + (first_whole ? 1 : 0);
   if (count < 2) return {};
-  std::vector<double> spans;  // one optimizer step to the next
-  for (size_t j = 1; j < ends.size(); ++j) spans.push_back(t.events[(*thread)[ends[j]]].ts - t.events[(*thread)[ends[j - 1]]].ts);
+  std::vector<double> spans;  // the end of one optimizer step to the next's (the first: from the first op)
+  if (first_whole) spans.push_back(end_of(t, (*thread)[ends[0]]) - t.events[thread->front()].ts);
+  for (size_t j = 1; j < ends.size(); ++j) spans.push_back(end_of(t, (*thread)[ends[j]]) - end_of(t, (*thread)[ends[j - 1]]));
   return {count, typical.size(), median(spans)};
 }
 

@@ -45,7 +45,7 @@ TEST(Steps, WholeRepeatsOfATrainingStep) {
   const Summary s = summary_of(ops_trace(repeat(kStep, 3)));
   EXPECT_EQ(s.steps, 3);
   EXPECT_EQ(s.steps_from, "repeated pattern");
-  EXPECT_DOUBLE_EQ(s.step_us, 70);  // 7 ops, 10 µs apart
+  EXPECT_DOUBLE_EQ(s.step_us, 70);  // 7 ops, 10 µs apart (the last step: 68, to its last op's end)
 }
 
 // The profiler started inside a step and stopped inside another: the whole repeats between count.
@@ -75,7 +75,7 @@ TEST(Steps, NearRepeatsSplitAtTheOptimizerStep) {
   Summary s = summary_of(ops_trace(almost));
   EXPECT_EQ(s.steps, 4);
   EXPECT_EQ(s.steps_from, "repeated pattern");
-  EXPECT_DOUBLE_EQ(s.step_us, 70);  // median of 70, 80, 70 between optimizer steps
+  EXPECT_DOUBLE_EQ(s.step_us, 70);  // median of 58 (the first step, from its first op), 70, 80, 70
   // Started mid-step: the ops before the first optimizer step are too few to be one.
   almost.erase(almost.begin(), almost.begin() + 3);
   s = summary_of(ops_trace(almost));

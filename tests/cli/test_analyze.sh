@@ -257,34 +257,45 @@ grep -q "a folder of ranks is analysed alone" "$tmp/err"
 expect_usage_error analyze "$tmp/nothing*.json"
 grep -q "no trace matches" "$tmp/err"
 
-# Units: without ProfilerStep markers times are totals, said so; --steps N makes them per step,
-# in the tables and in JSON; a count that contradicts the markers is refused.
-/usr/bin/python3 - "$tmp/memory-efficient.json" "$tmp/unmarked.json" <<'PY'
+# Units: without ProfilerStep markers, a training loop's steps come from its repeating top-level
+# ops, said so; a trace that does not repeat (one step) gives totals, said so; --steps N makes
+# them per step, in the tables and in JSON; a count that contradicts the markers is refused.
+/usr/bin/python3 - "$tmp/memory-efficient.json" "$tmp/unmarked.json" "$tmp/one-step.json" <<'PY'
 import json, sys
 t = json.load(open(sys.argv[1]))
 events = t["traceEvents"] if isinstance(t, dict) else t
-kept = [e for e in events if not str(e.get("name", "")).startswith("ProfilerStep#")]
-assert len(kept) < len(events)
-json.dump({"traceEvents": kept} if isinstance(t, dict) else kept, open(sys.argv[2], "w"))
+marker = lambda e: str(e.get("name", "")).startswith("ProfilerStep#")
+second = sorted(float(e["ts"]) for e in events if marker(e))[1]
+kept = [e for e in events if not marker(e)]
+one = [e for e in kept if e.get("ph") == "M" or float(e.get("ts", 0)) < second]
+assert len(one) < len(kept) < len(events)
+for path, evs in ((sys.argv[2], kept), (sys.argv[3], one)):
+    json.dump({"traceEvents": evs} if isinstance(t, dict) else evs, open(path, "w"))
 PY
-"$opfuse" analyze "$tmp/unmarked.json" --json "$tmp/total.json" > "$tmp/total.txt"
+"$opfuse" analyze "$tmp/unmarked.json" --json "$tmp/inferred.json" > "$tmp/inferred.txt"
+grep -q ", 2 steps (no ProfilerStep markers: the top-level ops repeat 2 times), .* ms per step (median)" "$tmp/inferred.txt"
+grep -q "^findings: .*times per step" "$tmp/inferred.txt"
+"$opfuse" analyze "$tmp/one-step.json" --json "$tmp/total.json" > "$tmp/total.txt"
 grep -q "no ProfilerStep markers: times are totals over the trace" "$tmp/total.txt"
 grep -q "^findings: .*times in the trace" "$tmp/total.txt"
 "$opfuse" analyze "$tmp/unmarked.json" --steps 2 --json "$tmp/per.json" --html "$tmp/per.html" > "$tmp/per.txt"
 grep -q ", 2 steps (--steps), .* ms per step" "$tmp/per.txt"
 grep -q "^findings: .*times per step" "$tmp/per.txt"
 grep -q "ms per step)" "$tmp/per.txt"
-/usr/bin/python3 - "$tmp/total.json" "$tmp/per.json" <<'PY'
+/usr/bin/python3 - "$tmp/total.json" "$tmp/per.json" "$tmp/inferred.json" <<'PY'
 import json, sys
-total, per = (json.load(open(p)) for p in sys.argv[1:])
+total, per, inferred = (json.load(open(p)) for p in sys.argv[1:])
 assert total["trace"]["steps"] == 0 and total["trace"]["steps_from"] == ""
+assert all(f["time_us_per_step"] is None for f in total["findings"]) and total["ops"][0]["self_us_per_step"] is None
 assert per["trace"]["steps"] == 2 and per["trace"]["steps_from"] == "given"
 assert abs(per["trace"]["step_us"] - per["trace"]["duration_us"] / 2) < 1e-6
-for a, b in zip(total["findings"], per["findings"]):
-    assert a["time_us_per_step"] is None and a["time_us"] == b["time_us"]
+assert inferred["trace"]["steps"] == 2 and inferred["trace"]["steps_from"] == "repeated pattern", inferred["trace"]
+assert 0.3 < inferred["trace"]["step_us"] / per["trace"]["step_us"] < 1.5
+for a, b in zip(inferred["findings"], per["findings"]):
+    assert a["time_us"] == b["time_us"] and a["time_us_per_step"] == b["time_us_per_step"]
     assert abs(b["time_us_per_step"] - b["time_us"] / 2) < 1e-6 and abs(b["est_saving_us_per_step"] - b["est_saving_us"] / 2) < 1e-6
 op = per["ops"][0]
-assert abs(op["self_us_per_step"] - op["self_us"] / 2) < 1e-6 and total["ops"][0]["self_us_per_step"] is None
+assert abs(op["self_us_per_step"] - op["self_us"] / 2) < 1e-6 and inferred["ops"][0]["self_us_per_step"] == op["self_us_per_step"]
 PY
 expect_usage_error analyze "$tmp/memory-efficient.json" --steps 3
 grep -q "marks 2 steps (ProfilerStep#), not the 3 given with --steps" "$tmp/err"
