@@ -173,8 +173,8 @@ struct Summary {
   double step_us = 0;  // median ProfilerStep duration (0 without steps)
   // Where the steps came from: "ProfilerStep" (the trace's markers), "given" (Options::steps:
   // then step_us is the span over the steps), "repeated pattern" (no markers, no count, but the
-  // main thread's top-level ops repeat whole: step_us is the median repeat), or "" (none known:
-  // times are totals).
+  // top-level ops repeat, whole or nearly, as a training loop's do: step_us is the median repeat;
+  // see src/analyze/repeated_steps.h), or "" (none known: times are totals).
   std::string steps_from;
   bool has_device = false;
   int64_t rank = -1;                // the trace's distributedInfo rank, or -1

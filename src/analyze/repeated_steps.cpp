@@ -62,7 +62,7 @@ RepeatedSteps exact_repeats(const Trace& t, const Model& m) {
     const double end = next < names.size() ? t.events[(*main)[next]].ts : end_of(t, main->back());
     spans.push_back(end - t.events[(*main)[j * p]].ts);
   }
-  return {static_cast<int64_t>(k), p, median(spans)};
+  return {static_cast<int64_t>(k), median(spans)};
 }
 
 // The share of ops two steps have in common, as multisets of names (both sorted).
@@ -110,7 +110,7 @@ RepeatedSteps optimizer_steps(const Trace& t, const Model& m) {
   std::vector<double> spans;  // the end of one optimizer step to the next's (the first: from the first op)
   if (first_whole) spans.push_back(end_of(t, (*thread)[ends[0]]) - t.events[thread->front()].ts);
   for (size_t j = 1; j < ends.size(); ++j) spans.push_back(end_of(t, (*thread)[ends[j]]) - end_of(t, (*thread)[ends[j - 1]]));
-  return {count, typical.size(), median(spans)};
+  return {count, median(spans)};
 }
 
 }  // namespace

@@ -7,7 +7,6 @@ namespace opfuse::analyze {
 
 struct RepeatedSteps {
   int64_t steps = 0;   // 0 when the ops do not clearly repeat
-  size_t period = 0;   // top-level ops per step (the median step's, for near repeats)
   double step_us = 0;  // median time from one step's start to the next one's
 };
 
