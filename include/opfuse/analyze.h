@@ -14,7 +14,7 @@
 
 namespace opfuse::analyze {
 
-enum class Backend { cpu, cuda, npu };
+enum class Backend { cpu, cuda, npu, mtia };
 const char* backend_name(Backend b);
 Backend parse_backend(const std::string& name);  // throws std::invalid_argument
 Backend detect_backend(const trace::Trace& trace);
@@ -140,6 +140,15 @@ struct LaunchStats {
   double small_kernel_time_pct = 0;              // of kernel time, in kernels under kSmallKernelUs
 };
 
+// Ascend's "Overlap Analysis" lanes: the profiler's own split of the device's time into
+// Computing, Communication, Communication(Not Overlapped) and Free, by slice name, over the whole
+// trace. Shown as the profiler gives it: a summary of the device, never ops.
+struct OverlapLane {
+  std::string name;  // "Computing"
+  int64_t slices = 0;
+  double total_us = 0;
+};
+
 struct DeviceTime {
   std::string device;                // the trace's pid for it ("0")
   int64_t events = 0, left_out = 0;  // device events kept; left out (launched in the last step or launch unknown)
@@ -148,6 +157,8 @@ struct DeviceTime {
   double compute_us = 0, communication_us = 0, memory_us = 0;  // unions: kernels, nccl/gloo kernels, memcpy+memset
   std::vector<StreamTime> streams;
   LaunchStats launch;
+  std::vector<OverlapLane> overlap_analysis;  // on the busiest device, where the trace has the lanes
+  double overlap_span_us = 0;                 // first start to last end over those lanes
 };
 
 // One per device with events, busiest first.
@@ -161,7 +172,9 @@ struct Summary {
   int64_t steps = 0;
   double step_us = 0;  // median ProfilerStep duration (0 without steps)
   // Where the steps came from: "ProfilerStep" (the trace's markers), "given" (Options::steps:
-  // then step_us is the span over the steps), or "" (none known: times are totals).
+  // then step_us is the span over the steps), "repeated pattern" (no markers, no count, but the
+  // top-level ops repeat, whole or nearly, as a training loop's do: step_us is the median repeat;
+  // see src/analyze/repeated_steps.h), or "" (none known: times are totals).
   std::string steps_from;
   bool has_device = false;
   int64_t rank = -1;                // the trace's distributedInfo rank, or -1

@@ -73,10 +73,11 @@ enum class Kind : uint8_t {
   op,          // a host operator: cpu_op, Operator, legacy profiler rows, Optimizer.step#…
   annotation,  // user_annotation (opfuse's module scopes, record_function)
   step,        // ProfilerStep#N
-  device,      // a kernel, memcpy/memset or Ascend device task
+  device,      // a kernel, memcpy/memset, Ascend device task or MTIA CCP event
   runtime,     // cudaLaunchKernel and friends, CANN API calls
   flow,        // s / f / t flow ends
   other,       // python_function frames, counters, anything else
+  summary,     // a profiler's own summary lane (Ascend's "Overlap Analysis": Computing, Free, …)
 };
 
 // The relations analysis walks, built once from nesting, flows and ids. Indices are event
@@ -95,6 +96,7 @@ struct Model {
   std::vector<std::vector<int32_t>> device_lanes;  // per device stream: its events, in time order
   std::vector<std::vector<int32_t>> launch_calls;  // per device lane and event: the runtime call with its
                                                    // correlation id (cudaLaunchKernel …), or −1
+  std::vector<std::vector<int32_t>> summary_lanes; // per summary lane (one per thread): its slices, in time order
   int64_t overlapping = 0;           // slices that overlap a sibling without nesting: left out of trees
 
   size_t child_count(int32_t e) const { return child_begin[e + 1] - child_begin[e]; }

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "analyze/findings.h"
+#include "analyze/repeated_steps.h"
 #include "opfuse/stats.h"
 
 namespace opfuse::analyze {
@@ -27,6 +28,16 @@ void take_given_steps(Summary& s, int64_t given) {
   s.steps = given;
   s.step_us = s.duration_us / static_cast<double>(given);
   s.steps_from = "given";
+}
+
+// With neither markers nor a count, the steps a training loop's repeating ops show.
+void take_repeated_steps(Summary& s, const Trace& t, const Model& m) {
+  if (s.steps > 0) return;
+  const RepeatedSteps r = repeated_steps(t, m);
+  if (r.steps == 0) return;
+  s.steps = r.steps;
+  s.step_us = r.step_us;
+  s.steps_from = "repeated pattern";
 }
 
 Summary summarise(const Trace& t, const Model& m, const std::string& path, Backend backend, int64_t given_steps) {
@@ -53,6 +64,7 @@ Summary summarise(const Trace& t, const Model& m, const std::string& path, Backe
   s.step_us = median(steps);
   if (s.steps > 0) s.steps_from = "ProfilerStep";
   take_given_steps(s, given_steps);
+  take_repeated_steps(s, t, m);
   s.has_device = !m.device_lanes.empty();
   s.rank = t.rank;
   s.devices = device_time(t, m);
@@ -92,13 +104,18 @@ std::vector<OpStat> op_table(const Trace& t, const Model& m) {
 
 Backend detect_backend(const Trace& trace) {
   if (trace.dialect == trace::Dialect::ascend) return Backend::npu;
-  std::vector<uint32_t> device;
-  for (size_t i = 0; i < trace.strings.size(); ++i)
+  std::vector<uint32_t> gpu;
+  uint32_t mtia = 0;  // the string id of "mtia_ccp_events", 0 when the trace has none
+  for (size_t i = 0; i < trace.strings.size(); ++i) {
     for (const char* c : {"kernel", "Kernel", "gpu_memcpy", "Memcpy"})
-      if (trace.strings[i] == c) device.push_back(static_cast<uint32_t>(i));
-  if (device.empty()) return Backend::cpu;  // no pass over the events for a CPU trace
-  for (const auto& e : trace.events)
-    if (std::find(device.begin(), device.end(), e.category) != device.end()) return Backend::cuda;
+      if (trace.strings[i] == c) gpu.push_back(static_cast<uint32_t>(i));
+    if (trace.strings[i] == "mtia_ccp_events") mtia = static_cast<uint32_t>(i);
+  }
+  if (gpu.empty() && mtia == 0) return Backend::cpu;  // no pass over the events for a CPU trace
+  for (const auto& e : trace.events) {
+    if (mtia != 0 && e.category == mtia) return Backend::mtia;
+    if (std::find(gpu.begin(), gpu.end(), e.category) != gpu.end()) return Backend::cuda;
+  }
   return Backend::cpu;
 }
 

@@ -28,8 +28,10 @@ struct WorkOf {
     for (size_t i = 0; i < t.strings.size(); ++i) {
       const std::string& s = t.strings[i];
       memory_category[i] = s == "gpu_memcpy" || s == "gpu_memset" || s == "Memcpy" || s == "Memset";
-      // HTA's test: collective kernels are NCCL's (ncclKernel_…, ncclDevKernel_…) or Gloo's.
-      communication_name[i] = s.compare(0, 4, "nccl") == 0 || s.find("gloo:") != std::string::npos;
+      // HTA's test: collective kernels are NCCL's (ncclKernel_…, ncclDevKernel_…) or Gloo's; and
+      // Ascend's HCCL tasks are named after their collective (hcom_allReduce_…).
+      communication_name[i] = s.compare(0, 4, "nccl") == 0 || s.find("gloo:") != std::string::npos ||
+                              s.compare(0, 5, "hcom_") == 0;
     }
   }
   Work operator()(const Event& e) const {
@@ -178,6 +180,24 @@ struct DeviceWalk {
   }
 };
 
+// The summary lanes' time by slice name, in the order the names first appear.
+void add_overlap_analysis(const Trace& t, const Model& m, DeviceTime& d) {
+  std::vector<uint32_t> names;  // a handful: a linear search is enough
+  double first = std::numeric_limits<double>::infinity(), last = -first;
+  for (const auto& lane : m.summary_lanes)
+    for (int32_t i : lane) {
+      const Event& e = t.events[i];
+      if (m.kind[i] != trace::Kind::summary) continue;  // overlapping slices are left out
+      const size_t at = std::find(names.begin(), names.end(), e.name) - names.begin();
+      if (at == names.size()) names.push_back(e.name), d.overlap_analysis.push_back({t.strings[e.name]});
+      d.overlap_analysis[at].slices += 1;
+      d.overlap_analysis[at].total_us += e.dur;
+      first = std::min(first, e.ts);
+      last = std::max(last, e.ts + e.dur);
+    }
+  if (!names.empty()) d.overlap_span_us = last - first;
+}
+
 }  // namespace
 
 std::vector<DeviceTime> device_time(const Trace& t, const Model& m) {
@@ -195,6 +215,7 @@ std::vector<DeviceTime> device_time(const Trace& t, const Model& m) {
     out.push_back(std::move(walk.time));
   }
   std::stable_sort(out.begin(), out.end(), [](const DeviceTime& a, const DeviceTime& b) { return a.busy_us > b.busy_us; });
+  if (!m.summary_lanes.empty()) add_overlap_analysis(t, m, out.front());
   return out;
 }
 

@@ -101,7 +101,7 @@ std::vector<Rule> parse_advisor(const std::string& name, const YAML::Node& root)
     Rule r;
     r.name = replacement;
     r.source = name;
-    for (Backend b : {Backend::cpu, Backend::cuda, Backend::npu}) r.replacement[b] = replacement;
+    for (Backend b : {Backend::cpu, Backend::cuda, Backend::npu, Backend::mtia}) r.replacement[b] = replacement;
     rules.push_back(r);
     return rules.end() - 1;
   };
@@ -147,6 +147,7 @@ const char* backend_name(Backend b) {
     case Backend::cpu: return "cpu";
     case Backend::cuda: return "cuda";
     case Backend::npu: return "npu";
+    case Backend::mtia: return "mtia";
   }
   return "cpu";
 }
@@ -155,7 +156,8 @@ Backend parse_backend(const std::string& name) {
   if (name == "cpu") return Backend::cpu;
   if (name == "cuda") return Backend::cuda;
   if (name == "npu") return Backend::npu;
-  throw std::invalid_argument(fmt::format("unknown backend '{}' (cpu, cuda or npu)", name));
+  if (name == "mtia") return Backend::mtia;
+  throw std::invalid_argument(fmt::format("unknown backend '{}' (cpu, cuda, npu or mtia)", name));
 }
 
 std::vector<Rule> parse_rules(const std::string& yaml_text, const std::string& name) {

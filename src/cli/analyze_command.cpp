@@ -205,7 +205,7 @@ Run add_analyze(CLI::App& app) {
   cmd->add_flag("--no-default-rules", args->no_default_rules, "apply only the --rules files");
   cmd->add_option("--backend", args->backend, "whose replacements to name")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "cpu", "cuda", "npu"}));
+      ->check(CLI::IsMember({"auto", "cpu", "cuda", "npu", "mtia"}));
   cmd->add_option("--top", args->top, "rows per table")->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--steps", args->steps,
                   "the training steps each trace holds, when it has no ProfilerStep markers: times are then per step "

@@ -172,7 +172,8 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     const grid = el("div", { class: "meta" },
       meta("dialect", str(trace.dialect) || "–"), meta("backend", str(trace.backend) || "–"),
       meta("events", count(trace.events)), meta("duration", `${ms(trace.duration_us)} ms`),
-      meta("steps", trace.steps > 0 ? `${count(trace.steps)}${trace.steps_from === "given" ? " (given)" : ""}` :
+      meta("steps", trace.steps > 0 ? `${count(trace.steps)}${trace.steps_from === "given" ? " (given)" :
+        trace.steps_from === "repeated pattern" ? " (the top-level ops repeat)" : ""}` :
         "none marked: times are totals"),
       meta("step time (traced)", trace.steps > 0 ? `${ms(trace.step_us)} ms` : "–"),
       meta("skipped events", count(trace.skipped_events), trace.skipped_events > 0));
@@ -678,6 +679,11 @@ constexpr std::string_view kPage = R"page(<!doctype html>
       s.append(el("p", { class: "note" }, `Launches: ${fixed(l.delay_median_us, 1)} µs median from launch to start ` +
         `(p90 ${fixed(l.delay_p90_us, 1)} µs); ${count(l.shorter_than_launch)} of ${count(l.launched)} kernels ran shorter ` +
         `than their launch call; ${fixed(l.small_kernel_time_pct, 1)}% of kernel time in kernels under ${fixed(l.small_kernel_us, 0)} µs.`));
+    // Ascend's own split of the device's time: shown as the profiler gives it, over the whole trace.
+    const overlap = device.overlap_analysis;
+    if (overlap && list(overlap.lanes).length)
+      s.append(el("h3", {}, `The profiler's Overlap Analysis (% of its ${ms(overlap.span_us)} ms, whole trace)`),
+        pctChart(list(overlap.lanes).map((l) => ({ label: str(l.name), pct: l.pct, colour: "var(--other)" }))));
   }
 
   // --- Time per module ------------------------------------------------------------------------

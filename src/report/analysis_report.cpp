@@ -76,6 +76,15 @@ double device_per(const analyze::DeviceTime& d, double us) { return d.steps > 0 
 const char* device_unit(const analyze::DeviceTime& d) { return d.steps > 0 ? "step" : "total"; }
 double pct(double us, double window_us) { return window_us > 0 ? 100 * us / window_us : 0; }
 
+// The profiler's own summary lanes, as totals over the trace (they cover every step, the last too).
+nlohmann::json overlap_json(const analyze::DeviceTime& d) {
+  if (d.overlap_analysis.empty()) return nullptr;
+  nlohmann::json lanes = nlohmann::json::array();
+  for (const auto& l : d.overlap_analysis)
+    lanes.push_back({{"name", l.name}, {"slices", l.slices}, {"total_us", l.total_us}, {"pct", pct(l.total_us, d.overlap_span_us)}});
+  return {{"per", "total"}, {"span_us", d.overlap_span_us}, {"lanes", lanes}};
+}
+
 nlohmann::json device_json(const analyze::DeviceTime& d) {
   nlohmann::json streams = nlohmann::json::array();
   for (const auto& st : d.streams)
@@ -103,7 +112,8 @@ nlohmann::json device_json(const analyze::DeviceTime& d) {
             {"delay_p90_us", l.delay_p90_us},
             {"shorter_than_launch", l.shorter_than_launch},
             {"small_kernel_us", analyze::LaunchStats::kSmallKernelUs},
-            {"small_kernel_time_pct", l.small_kernel_time_pct}}}};
+            {"small_kernel_time_pct", l.small_kernel_time_pct}}},
+          {"overlap_analysis", overlap_json(d)}};
 }
 
 // A short block: the window and its breakdown, the busiest streams, how kernels were launched.
@@ -130,6 +140,12 @@ std::string format_device(const analyze::DeviceTime& d) {
   if (d.left_out > 0)
     out += fmt::format("\n          ({} device events launched in the last, cut-short step or with no launch left out)",
                        d.left_out);
+  if (!d.overlap_analysis.empty()) {
+    std::string lanes;
+    for (const auto& l : d.overlap_analysis)
+      lanes += fmt::format("{}{} {} ms ({:.1f}%)", lanes.empty() ? "" : ", ", l.name, ms(l.total_us), pct(l.total_us, d.overlap_span_us));
+    out += fmt::format("\n          the profiler's Overlap Analysis over the trace ({} ms): {}", ms(d.overlap_span_us), lanes);
+  }
   return out;
 }
 
@@ -160,6 +176,9 @@ std::string format_analysis(const Analysis& a, int top, bool all) {
   out += fmt::format("\nspan      {} ms", ms(s.duration_us));
   if (s.steps_from == "given")
     out += fmt::format(", {} step{} (--steps), {} ms per step (the span over them)", s.steps, s.steps == 1 ? "" : "s", ms(s.step_us));
+  else if (s.steps_from == "repeated pattern")
+    out += fmt::format(", {} steps (no ProfilerStep markers: the top-level ops repeat {} times), {} ms per step (median)",
+                       s.steps, s.steps, ms(s.step_us));
   else if (s.steps > 0)
     out += fmt::format(", {} step{}, {} ms per step (median)", s.steps, s.steps == 1 ? "" : "s", ms(s.step_us));
   else

@@ -26,8 +26,12 @@ struct Classifier {
   std::vector<Kind> by_category;  // per string id; Kind::other for names that are no category
   std::vector<uint8_t> flags;     // per string id: NameFlag bits
   std::vector<uint32_t> node_of;  // per string id of "autograd::engine::evaluate_function: X": X's id, else 0
-  std::vector<int64_t> device_pids;  // Ascend: the "Ascend Hardware" process holds device tasks
-  std::vector<int64_t> cann_pids;    // and "CANN" the runtime calls that enqueue them
+  std::vector<int64_t> device_pids;  // Ascend: the "Ascend Hardware" process holds device tasks,
+  std::vector<int64_t> cann_pids;    // "CANN" the runtime calls that enqueue them
+  std::vector<int64_t> summary_pids; // and "Overlap Analysis" the profiler's own summary of the device
+  // Ascend writes torch ops as cpu_op and leaves its other processes' slices (HCCL, the summary
+  // lanes, …) uncategorised: there an uncategorised slice is no op, as it is in the legacy profiler.
+  bool uncategorised_ops = true;
 
   explicit Classifier(const Trace& t) : trace(t) {
     const std::pair<const char*, Kind> table[] = {
@@ -35,7 +39,10 @@ struct Classifier {
         {"user_annotation", Kind::annotation},                         {"gpu_user_annotation", Kind::other},
         {"kernel", Kind::device},      {"Kernel", Kind::device},       {"gpu_memcpy", Kind::device},
         {"gpu_memset", Kind::device},  {"Memcpy", Kind::device},       {"Memset", Kind::device},
-        {"cuda_runtime", Kind::runtime}, {"cuda_driver", Kind::runtime}, {"Runtime", Kind::runtime}};
+        {"cuda_runtime", Kind::runtime}, {"cuda_driver", Kind::runtime}, {"Runtime", Kind::runtime},
+        // Meta's MTIA: Kineto files its on-device work as mtia_ccp_events, the host calls that
+        // submit it as mtia_runtime, linked by correlation id as on a GPU.
+        {"mtia_ccp_events", Kind::device}, {"mtia_runtime", Kind::runtime}};
     by_category.assign(t.strings.size(), Kind::other);
     flags.assign(t.strings.size(), 0);
     for (size_t i = 0; i < t.strings.size(); ++i) {
@@ -60,7 +67,13 @@ struct Classifier {
     for (const auto& [pid, name] : t.process_names) {
       if (name == "Ascend Hardware") device_pids.push_back(pid);
       if (name == "CANN") cann_pids.push_back(pid);
+      if (name == "Overlap Analysis") summary_pids.push_back(pid);
     }
+    uncategorised_ops = t.dialect != Dialect::ascend;
+  }
+
+  static bool among(const std::vector<int64_t>& pids, int64_t pid) {
+    return !pids.empty() && std::find(pids.begin(), pids.end(), pid) != pids.end();
   }
 
   Kind operator()(const Event& e) const {
@@ -70,11 +83,10 @@ struct Classifier {
     if (flags[e.category] & device_annotation) return Kind::other;
     if (flags[e.name] & step_name) return Kind::step;
     if (flags[e.name] & optimizer_name) return Kind::op;  // record_function scopes in Kineto, ops in Ascend
-    if (!device_pids.empty() && std::find(device_pids.begin(), device_pids.end(), e.pid) != device_pids.end())
-      return Kind::device;
-    if (!cann_pids.empty() && std::find(cann_pids.begin(), cann_pids.end(), e.pid) != cann_pids.end())
-      return Kind::runtime;
-    if (e.category == 0) return Kind::op;  // the legacy profiler writes no categories
+    if (among(device_pids, e.pid)) return Kind::device;
+    if (among(cann_pids, e.pid)) return Kind::runtime;
+    if (among(summary_pids, e.pid)) return Kind::summary;
+    if (e.category == 0) return uncategorised_ops ? Kind::op : Kind::other;  // the legacy profiler writes no categories
     return by_category[e.category];
   }
 };
@@ -274,6 +286,14 @@ Model build_model(const Trace& trace) {
   Lanes host, device;
   b.build_lanes(host, device);
   for (auto& [key, lane] : device) m.device_lanes.push_back(std::move(lane));
+  for (auto it = host.begin(); it != host.end();) {  // summary lanes are no host threads
+    if (!Classifier::among(classify.summary_pids, it->first.first)) {
+      ++it;
+      continue;
+    }
+    m.summary_lanes.push_back(std::move(it->second));
+    it = host.erase(it);
+  }
 
   // Op children, grouped by parent in time order; and each thread's top-level ops.
   std::vector<int32_t> count(n + 1, 0);
@@ -328,16 +348,25 @@ Model build_model(const Trace& trace) {
   struct FlowEnds {
     int32_t from = -1, to = -1;
   };
-  std::unordered_map<int64_t, FlowEnds> npu_flows, fwdbwd_flows;
+  // Ascend links a torch op to its device task (torch_to_npu) and a CANN API call to its task
+  // (async_acl_npu, HostToDevice). Each kind numbers its flows apart.
+  enum FlowKind { torch_to_task, api_to_task, fwdbwd, no_flow };
+  auto flow_kind = [&](const Event& e) {
+    const std::string &cat = trace.strings[e.category], &name = trace.strings[e.name];
+    if (cat == "async_npu" || name == "torch_to_npu") return torch_to_task;
+    if (cat == "async_acl_npu" || cat == "HostToDevice" || starts_with(name, "HostToDevice")) return api_to_task;
+    return cat == "fwdbwd" ? fwdbwd : no_flow;
+  };
+  std::unordered_map<int64_t, FlowEnds> flows[no_flow];
   for (size_t i = 0; i < n; ++i) {
     const Event& e = trace.events[i];
     if (m.kind[i] != Kind::flow || e.flow_id == -1) continue;
-    const std::string& cat = trace.strings[e.category];
-    const bool npu = cat == "async_npu" || trace.strings[e.name] == "torch_to_npu";
-    if (!npu && cat != "fwdbwd") continue;
-    auto& ends = (npu ? npu_flows : fwdbwd_flows)[e.flow_id];
+    const FlowKind k = flow_kind(e);
+    if (k == no_flow) continue;
+    auto& ends = flows[k][e.flow_id];
     (e.phase == 's' ? ends.from : ends.to) = static_cast<int32_t>(i);
   }
+  const auto& fwdbwd_flows = flows[fwdbwd];
   std::map<std::pair<int64_t, int64_t>, const Lane*> device_by_thread;
   for (const Lane& lane : m.device_lanes) device_by_thread[{trace.events[lane[0]].pid, trace.events[lane[0]].tid}] = &lane;
   std::map<const Lane*, std::vector<double>> starts;  // of the lanes flows land on
@@ -347,19 +376,32 @@ Model build_model(const Trace& trace) {
     return b.slice_at(lane, it->second, ts);
   };
   auto op_of = [&](int32_t slice) { return slice < 0 || m.kind[slice] == Kind::op ? slice : m.op_parent[slice]; };
+  // A CANN API call has no op around it on its own lane: its op runs at that time on the thread
+  // of the same id (the call's "Thread Id") in the process that holds ops.
+  std::map<int64_t, const Lane*> op_thread_by_tid;
+  auto holds_ops = [&](const Lane& lane) { return std::any_of(lane.begin(), lane.end(), [&](int32_t i) { return m.kind[i] == Kind::op; }); };
+  if (!classify.cann_pids.empty())
+    for (const auto& [key, lane] : host)
+      if (!Classifier::among(classify.cann_pids, key.first) && holds_ops(lane)) op_thread_by_tid.emplace(key.second, &lane);
   auto op_of_flow_end = [&](int32_t end_index) -> int32_t {
     const Event& e = trace.events[end_index];
     const auto it = host.find({e.pid, e.tid});
-    return it == host.end() ? -1 : op_of(slice_at(it->second, e.ts));
+    const int32_t op = it == host.end() ? -1 : op_of(slice_at(it->second, e.ts));
+    if (op >= 0 || !Classifier::among(classify.cann_pids, e.pid)) return op;
+    const auto thread = op_thread_by_tid.find(e.tid);
+    return thread == op_thread_by_tid.end() ? -1 : op_of(slice_at(*thread->second, e.ts));
   };
-  for (const auto& [id, ends] : npu_flows) {
-    if (ends.from < 0 || ends.to < 0) continue;
-    const Event& f = trace.events[ends.to];
-    const auto lane = device_by_thread.find({f.pid, f.tid});
-    if (lane == device_by_thread.end()) continue;
-    const int32_t task = slice_at(*lane->second, f.ts);
-    if (task >= 0) m.launcher[task] = op_of_flow_end(ends.from);
-  }
+  // API flows first: a torch_to_npu flow, where there is one, names the op directly.
+  for (const FlowKind k : {api_to_task, torch_to_task})
+    for (const auto& [id, ends] : flows[k]) {
+      if (ends.from < 0 || ends.to < 0) continue;
+      const Event& f = trace.events[ends.to];
+      const auto lane = device_by_thread.find({f.pid, f.tid});
+      if (lane == device_by_thread.end()) continue;
+      const int32_t task = slice_at(*lane->second, f.ts);
+      const int32_t op = task >= 0 ? op_of_flow_end(ends.from) : -1;
+      if (op >= 0) m.launcher[task] = op;
+    }
   // Forward → backward: both ends of each flow, found thread by thread in one walk each.
   std::vector<int32_t> flow_ends;  // from, to of each complete flow
   for (const auto& [id, ends] : fwdbwd_flows)

@@ -3,7 +3,7 @@
 the raw events in HolisticTraceAnalysis' get_temporal_breakdown convention.
 
 On every GPU sample in DATA/traces and on synthetic traces (Kineto 2.x gzipped, the 1.8-era
-layout) it runs `opfuse analyze --json` and asserts busy, idle, compute, communication and
+layout, MTIA's mtia_ccp_events) it runs `opfuse analyze --json` and asserts busy, idle, compute, communication and
 memory shares of the window within 1 percentage point of the reference (they should agree to
 rounding), the window and busy time per step, per-stream busy time, and the launch statistics.
 
@@ -72,18 +72,21 @@ def main(opfuse, data):
     samples = [os.path.join(traces, f) for f in sorted(os.listdir(traces)) if ".json" in f]
     with tempfile.TemporaryDirectory() as tmp:
         made = []
-        for layout, name in (("kineto", "synthetic_kineto.json.gz"), ("kineto-1.8", "synthetic_kineto_1_8.json")):
+        for layout, name in (("kineto", "synthetic_kineto.json.gz"), ("kineto-1.8", "synthetic_kineto_1_8.json"),
+                             ("mtia", "synthetic_mtia.json")):
             path = os.path.join(tmp, name)
             subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_gpu_trace.py"), path, "--layout", layout,
                             "--steps", "5", "--ops", "80"], check=True)
             made.append(path)
         want = reference(samples + made)
         gpu = [p for p in samples + made if want[p]]
-        assert len(gpu) >= 6, gpu  # four samples with kernels, two synthetic traces
+        assert len(gpu) >= 7, gpu  # four samples with kernels, three synthetic traces
         for path in samples + made:
             got = opfuse_devices(opfuse, path, tmp)
             if got["trace"]["dialect"].startswith("Ascend"):
                 continue  # device tasks, not kernels: the GPU reference does not read them
+            if path.endswith("synthetic_mtia.json"):
+                assert got["trace"]["backend"] == "mtia", got["trace"]
             devices = compare(path, got, want[path])
             for d in devices:
                 b = d["breakdown"]

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
-"""Device time of a GPU trace, computed straight from its raw JSON events, for checking opfuse.
+"""Device time of a GPU (or MTIA) trace, computed straight from its raw JSON events, for checking opfuse.
 
 Written apart from opfuse's C++ (stdlib only, no shared code) and following the convention of
 HolisticTraceAnalysis' get_temporal_breakdown:
-  - device events are kernels, memcpys and memsets (ph "X");
+  - device events are kernels, memcpys and memsets (ph "X"), and MTIA's mtia_ccp_events;
   - with two or more ProfilerStep# markers, only the device events whose launching runtime call
-    (cuda_runtime / cuda_driver / Runtime, same args.correlation) starts before the last step
+    (cuda_runtime / cuda_driver / Runtime / mtia_runtime, same args.correlation) starts before the last step
     begins are kept (the last step is usually cut short); otherwise all are kept;
   - window = first kept start .. last kept end; busy = union of the kept intervals over all the
     device's streams; idle = window - busy; compute / communication / memory = the union of the
@@ -18,9 +18,9 @@ import gzip
 import json
 import sys
 
-DEVICE_CATEGORIES = {"kernel", "Kernel", "gpu_memcpy", "gpu_memset", "Memcpy", "Memset"}
+DEVICE_CATEGORIES = {"kernel", "Kernel", "gpu_memcpy", "gpu_memset", "Memcpy", "Memset", "mtia_ccp_events"}
 MEMORY_CATEGORIES = {"gpu_memcpy", "gpu_memset", "Memcpy", "Memset"}
-LAUNCH_CATEGORIES = {"cuda_runtime", "cuda_driver", "Runtime"}
+LAUNCH_CATEGORIES = {"cuda_runtime", "cuda_driver", "Runtime", "mtia_runtime"}
 SMALL_KERNEL_US = 10.0
 
 

@@ -1,12 +1,16 @@
 #!/usr/bin/python3
-"""Writes a synthetic GPU training trace, for device-time tests and timing.
+"""Writes a synthetic GPU (or MTIA) training trace, for device-time tests and timing.
 
 Steps of host ops, each launching a kernel, a memcpy or a memset through a runtime call with a
 correlation id; compute kernels on two streams, NCCL kernels on a third, overlapping them; kernels
 shorter than their launch call; a queue that spills past the start of the last step (kept:
 launched before it) and kernels launched inside the last step (left out). Deterministic per seed.
 
-  make_gpu_trace.py OUT.json[.gz] [--layout kineto|kineto-1.8] [--steps N] [--ops N] [--seed S]
+--layout mtia writes what Kineto writes on Meta's MTIA as we understand it (no sample at hand):
+the device's work as mtia_ccp_events (kernels, copies and fills alike), submitted by mtia_runtime
+calls named as HolisticTraceAnalysis expects an MTIA launch, joined by correlation id.
+
+  make_gpu_trace.py OUT.json[.gz] [--layout kineto|kineto-1.8|mtia] [--steps N] [--ops N] [--seed S]
 """
 import argparse
 import gzip
@@ -22,7 +26,7 @@ def write(path, doc):
 
 def trace(layout, steps, ops_per_step, seed):
     rng = random.Random(seed)
-    legacy = layout == "kineto-1.8"
+    legacy, mtia = layout == "kineto-1.8", layout == "mtia"
     cat = {
         "op": "Operator" if legacy else "cpu_op",
         "runtime": "Runtime" if legacy else "cuda_runtime",
@@ -30,6 +34,8 @@ def trace(layout, steps, ops_per_step, seed):
         "memcpy": "Memcpy" if legacy else "gpu_memcpy",
         "memset": "Memset" if legacy else "gpu_memset",
     }
+    if mtia:
+        cat.update(runtime="mtia_runtime", kernel="mtia_ccp_events", memcpy="mtia_ccp_events", memset="mtia_ccp_events")
     host_pid, host_tid, device = 4242, 4242, 0
     events = []
     t = 1_700_000_000_000.0  # µs
@@ -55,6 +61,8 @@ def trace(layout, steps, ops_per_step, seed):
             op_dur = round(rng.uniform(8, 30), 3)
             events.append({"ph": "X", "cat": cat["op"], "name": "aten::op%d" % (k % 7), "pid": host_pid, "tid": host_tid,
                            "ts": op_start, "dur": op_dur, "args": {"External id": correlation}})
+            if mtia:
+                launch = "runFunction - job_prep_and_submit_for_execution"
             launch_ts = round(op_start + 2.0, 3)
             launch_dur = round(rng.uniform(3, 9), 3)
             events.append({"ph": "X", "cat": cat["runtime"], "name": launch, "pid": host_pid, "tid": host_tid,
@@ -84,7 +92,7 @@ def trace(layout, steps, ops_per_step, seed):
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("out")
-    p.add_argument("--layout", choices=["kineto", "kineto-1.8"], default="kineto")
+    p.add_argument("--layout", choices=["kineto", "kineto-1.8", "mtia"], default="kineto")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--ops", type=int, default=60)
     p.add_argument("--seed", type=int, default=1)

@@ -120,6 +120,87 @@ TEST(DeviceTime, ALaunchOverhangingItsOpStillCounts) {
   EXPECT_EQ(devices[0].launch.launched, 1);
 }
 
+std::string process(const std::string& pid, const std::string& name) {
+  return R"({"ph":"M","name":"process_name","pid":)" + pid + R"(,"tid":0,"args":{"name":")" + name + R"("}})";
+}
+
+std::string flow(char phase, const std::string& cat, const std::string& name, int id, const std::string& pid,
+                 const std::string& tid, double ts) {
+  return std::string(R"({"ph":")") + phase + R"(","bp":"e","cat":")" + cat + R"(","name":")" + name + R"(","id":)" +
+         std::to_string(id) + R"(,"pid":)" + pid + R"(,"tid":)" + tid + R"(,"ts":)" + std::to_string(ts) + "}";
+}
+
+// Meta's MTIA: on-device work as mtia_ccp_events, submitted by mtia_runtime calls with the same
+// correlation id, as kernels are by cudaLaunchKernel.
+TEST(DeviceTime, ReadsMtiaCcpEventsAsADevice) {
+  const std::string json = "[" + slice("cpu_op", "aten::mul", 0, 20, "1", "1") + "," +
+                           slice("mtia_runtime", "runFunction - job_prep_and_submit_for_execution", 2, 6, "1", "1", 11) +
+                           "," + slice("mtia_ccp_events", "mul_kernel", 10, 5, "0", "2", 11) + "," +
+                           slice("mtia_ccp_events", "mul_kernel", 16, 4, "0", "3") + "]";
+  const trace::Trace t = trace::parse_trace(json, "t.json");
+  EXPECT_EQ(detect_backend(t), Backend::mtia);
+  const auto devices = device_time(t, trace::build_model(t));
+  ASSERT_EQ(devices.size(), 1u);
+  EXPECT_EQ(devices[0].device, "0");
+  EXPECT_EQ(devices[0].events, 2);
+  EXPECT_DOUBLE_EQ(devices[0].busy_us, 9);
+  EXPECT_DOUBLE_EQ(devices[0].window_us, 10);
+  EXPECT_EQ(devices[0].streams.size(), 2u);
+  EXPECT_EQ(devices[0].launch.launched, 1);
+  EXPECT_DOUBLE_EQ(devices[0].launch.delay_median_us, 8);
+  Options o;
+  o.backend = Backend::mtia;
+  const Analysis a = analyze(t, "t.json", {}, o);
+  ASSERT_EQ(a.ops.size(), 1u);  // the runtime call and the device events are no ops
+  EXPECT_DOUBLE_EQ(a.ops[0].device_us, 5);
+}
+
+// An Ascend trace_view.json as the profiler writes it with communication: torch ops (cpu_op), CANN
+// API calls and the other processes' slices uncategorised, the Overlap Analysis summary lanes.
+// aten::mul's task is linked by torch_to_npu; aten::add's only by async_acl_npu from its API call,
+// which runs on the op's thread id in the CANN process.
+std::string ascend_trace() {
+  return "[" + process("1", "Python") + "," + process("2", "CANN") + "," + process("3", "Ascend Hardware") + "," +
+         process("4", "Overlap Analysis") + "," + process("5", "HCCL") + "," +
+         slice("cpu_op", "aten::mul", 0, 10, "1", "7") + "," + slice("cpu_op", "aten::add", 20, 10, "1", "7") + "," +
+         R"({"ph":"X","name":"AscendCL@aclnnMul","pid":2,"tid":7,"ts":2,"dur":5},)"
+         R"({"ph":"X","name":"AscendCL@aclnnAdd","pid":2,"tid":7,"ts":22,"dur":5},)"
+         R"({"ph":"X","name":"aclnnMul_MulAiCore_Mul","pid":3,"tid":3,"ts":30,"dur":8},)"
+         R"({"ph":"X","name":"aclnnAdd_AddAiCore_Add","pid":3,"tid":3,"ts":40,"dur":4},)"
+         R"({"ph":"X","name":"hcom_allReduce__1_0_1","pid":3,"tid":5,"ts":50,"dur":10},)"
+         R"({"ph":"X","name":"hcom_allReduce__1_0_1","pid":5,"tid":0,"ts":50,"dur":10},)"
+         R"({"ph":"X","name":"Computing","pid":4,"tid":0,"ts":30,"dur":14},)"
+         R"({"ph":"X","name":"Free","pid":4,"tid":3,"ts":44,"dur":6},)"
+         R"({"ph":"X","name":"Communication","pid":4,"tid":1,"ts":50,"dur":10},)"
+         R"j({"ph":"X","name":"Communication(Not Overlapped)","pid":4,"tid":2,"ts":50,"dur":10},)j" +
+         flow('s', "async_npu", "torch_to_npu", 1, "1", "7", 0) + "," + flow('f', "async_npu", "torch_to_npu", 1, "3", "3", 30) +
+         "," + flow('s', "async_acl_npu", "async_acl_npu", 1, "2", "7", 22) + "," +
+         flow('f', "async_acl_npu", "async_acl_npu", 1, "3", "3", 40) + "]";
+}
+
+TEST(DeviceTime, AscendSummaryLanesAreNoOps) {
+  const trace::Trace t = trace::parse_trace(ascend_trace(), "t.json");
+  ASSERT_EQ(t.dialect, trace::Dialect::ascend);
+  Options o;
+  o.backend = detect_backend(t);
+  const Analysis a = analyze(t, "t.json", {}, o);
+  ASSERT_EQ(a.ops.size(), 2u);  // not Computing, Free, the HCCL lane or the API calls
+  for (const OpStat& op : a.ops) EXPECT_DOUBLE_EQ(op.device_us, op.name == "aten::mul" ? 8 : 4) << op.name;
+  ASSERT_EQ(a.trace.devices.size(), 1u);
+  const DeviceTime& d = a.trace.devices[0];
+  EXPECT_EQ(d.device, "3");
+  EXPECT_DOUBLE_EQ(d.window_us, 30);  // 30 .. 60
+  EXPECT_DOUBLE_EQ(d.busy_us, 22);
+  EXPECT_DOUBLE_EQ(d.compute_us, 12);
+  EXPECT_DOUBLE_EQ(d.communication_us, 10);  // the HCCL task, by its collective's name
+  ASSERT_EQ(d.overlap_analysis.size(), 4u);
+  EXPECT_DOUBLE_EQ(d.overlap_span_us, 30);
+  for (const OverlapLane& l : d.overlap_analysis) {
+    EXPECT_EQ(l.slices, 1) << l.name;
+    EXPECT_DOUBLE_EQ(l.total_us, l.name == "Computing" ? 14 : l.name == "Free" ? 6 : 10) << l.name;
+  }
+}
+
 TEST(DeviceTime, DevicesApartBusiestFirst) {
   const auto devices = device_time_of(slice("kernel", "a", 0, 10, "0", "7") + "," + slice("kernel", "b", 0, 30, "1", "7"));
   ASSERT_EQ(devices.size(), 2u);

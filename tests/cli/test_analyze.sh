@@ -79,6 +79,49 @@ assert by_rule["fused_adam"]["replacement"] == "torch_npu.optim.NpuFusedAdam"
 assert by_rule["fused_adam"]["occurrences"] == 2
 assert not any(f["kind"] == "mined" for f in a["findings"]), "ops inside the optimizer step are taken"
 PY
+# The sample as the profiler writes it with communication on: the Overlap Analysis lanes and an
+# HCCL process, uncategorised, and half the tasks linked only from their CANN API call
+# (async_acl_npu). The lanes are a summary, not ops; every aten op keeps its device time.
+/usr/bin/python3 - "$data/traces/ascend_style_sample.json" "$tmp/npu-overlap.json" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))
+meta = lambda pid, name: {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
+tasks = [e for e in events if e.get("pid") == 800 and e["ph"] == "X"]
+start, end = float(tasks[0]["ts"]), max(float(t["ts"]) + t["dur"] for t in tasks)
+out = [meta(900, "Overlap Analysis"), meta(901, "HCCL")]
+at = start  # the lanes tile the device's time, one after the other here
+for tid, name, share in ((0, "Computing", 0.6), (3, "Free", 0.3), (1, "Communication", 0.1)):
+    out.append({"ph": "X", "name": name, "pid": 900, "tid": tid, "ts": "%.3f" % at, "dur": share * (end - start)})
+    at += share * (end - start)
+out.append({"ph": "X", "name": "hcom_allReduce__7_0_1", "pid": 901, "tid": 0, "ts": "%.3f" % start, "dur": 50})
+api = {}  # the CANN call made inside each op: the last one starting at or after the op
+for e in events:
+    if e.get("pid") == 12340002 and e["ph"] == "X":
+        api[e["ts"]] = e
+for e in events:
+    if e["ph"] in "sf" and e["id"] % 2 == 0:
+        e["cat"] = e["name"] = "async_acl_npu"
+        if e["ph"] == "s":  # from the API call inside the op, on the CANN process
+            call = min((c for c in api.values() if float(c["ts"]) >= float(e["ts"])), key=lambda c: float(c["ts"]))
+            e.update(pid=12340002, ts=call["ts"])
+json.dump(events + out, open(sys.argv[2], "w"))
+PY
+"$opfuse" analyze "$tmp/npu-overlap.json" --json "$tmp/npu-overlap-out.json" > "$tmp/npu-overlap.txt"
+grep -q "^          the profiler's Overlap Analysis over the trace (.* ms): Computing .* ms (60.0%), Communication .* ms (10.0%), Free .* ms (30.0%)$" "$tmp/npu-overlap.txt"
+/usr/bin/python3 - "$tmp/npu.json" "$tmp/npu-overlap-out.json" <<'PY'
+import json, sys
+plain, overlap = (json.load(open(p)) for p in sys.argv[1:])
+names = {o["name"] for o in overlap["ops"]}
+assert names == {o["name"] for o in plain["ops"]}, names ^ {o["name"] for o in plain["ops"]}
+device = {o["name"]: o["device_us"] for o in plain["ops"]}
+for o in overlap["ops"]:
+    assert abs(o["device_us"] - device[o["name"]]) < 1e-6, (o["name"], o["device_us"], device[o["name"]])
+assert device["aten::convolution"] > 0 and device["aten::add_"] > 0
+lanes = {l["name"]: l for l in overlap["device"]["overlap_analysis"]["lanes"]}
+assert set(lanes) == {"Computing", "Free", "Communication"} and abs(lanes["Computing"]["pct"] - 60) < 0.1, lanes
+assert overlap["device"]["overlap_analysis"]["per"] == "total" and plain["device"]["overlap_analysis"] is None
+assert overlap["device"]["device"] == plain["device"]["device"] and overlap["device"]["busy_us"] == plain["device"]["busy_us"]
+PY
 "$opfuse" analyze "$data/traces/ascend_style_sample.json" --no-default-rules \
   --rules "$data/rules/ascend_advisor_timeline_fusion_ops.yaml" | grep -q "torch_npu.optim.NpuFusedAdam"
 "$opfuse" analyze "$data/traces/kineto_rocm_minitoy.json.gz" --json "$tmp/gpu.json" > "$tmp/gpu.txt"
@@ -102,6 +145,11 @@ assert a["devices"][0] == d
 assert a["trace"]["steps"] == 2  # the GPU's copy of ProfilerStep#1 is no third step
 assert any(o["device_us"] for o in a["ops"]), "ops carry the device time of their kernels"
 PY
+# Meta's MTIA: mtia_ccp_events are its device (the synthetic layout of make_gpu_trace.py).
+/usr/bin/python3 "$(dirname "$0")/../analyze/make_gpu_trace.py" "$tmp/mtia.json" --layout mtia --steps 3 --ops 20
+"$opfuse" analyze "$tmp/mtia.json" > "$tmp/mtia.txt"
+grep -q "dialect   PyTorch Kineto, backend mtia" "$tmp/mtia.txt"
+grep -q "^device    0: .* ms window per step" "$tmp/mtia.txt"
 "$opfuse" analyze "$data/traces/kineto_cpu_only.json.gz" --json "$tmp/cpu.json" > /dev/null
 /usr/bin/python3 -c "import json, sys; a = json.load(open(sys.argv[1])); assert a['device'] is None and a['devices'] == []" "$tmp/cpu.json"
 "$opfuse" analyze "$data/traces/kineto_cpu_only.json.gz" | grep -q "backend cpu"
@@ -209,34 +257,45 @@ grep -q "a folder of ranks is analysed alone" "$tmp/err"
 expect_usage_error analyze "$tmp/nothing*.json"
 grep -q "no trace matches" "$tmp/err"
 
-# Units: without ProfilerStep markers times are totals, said so; --steps N makes them per step,
-# in the tables and in JSON; a count that contradicts the markers is refused.
-/usr/bin/python3 - "$tmp/memory-efficient.json" "$tmp/unmarked.json" <<'PY'
+# Units: without ProfilerStep markers, a training loop's steps come from its repeating top-level
+# ops, said so; a trace that does not repeat (one step) gives totals, said so; --steps N makes
+# them per step, in the tables and in JSON; a count that contradicts the markers is refused.
+/usr/bin/python3 - "$tmp/memory-efficient.json" "$tmp/unmarked.json" "$tmp/one-step.json" <<'PY'
 import json, sys
 t = json.load(open(sys.argv[1]))
 events = t["traceEvents"] if isinstance(t, dict) else t
-kept = [e for e in events if not str(e.get("name", "")).startswith("ProfilerStep#")]
-assert len(kept) < len(events)
-json.dump({"traceEvents": kept} if isinstance(t, dict) else kept, open(sys.argv[2], "w"))
+marker = lambda e: str(e.get("name", "")).startswith("ProfilerStep#")
+second = sorted(float(e["ts"]) for e in events if marker(e))[1]
+kept = [e for e in events if not marker(e)]
+one = [e for e in kept if e.get("ph") == "M" or float(e.get("ts", 0)) < second]
+assert len(one) < len(kept) < len(events)
+for path, evs in ((sys.argv[2], kept), (sys.argv[3], one)):
+    json.dump({"traceEvents": evs} if isinstance(t, dict) else evs, open(path, "w"))
 PY
-"$opfuse" analyze "$tmp/unmarked.json" --json "$tmp/total.json" > "$tmp/total.txt"
+"$opfuse" analyze "$tmp/unmarked.json" --json "$tmp/inferred.json" > "$tmp/inferred.txt"
+grep -q ", 2 steps (no ProfilerStep markers: the top-level ops repeat 2 times), .* ms per step (median)" "$tmp/inferred.txt"
+grep -q "^findings: .*times per step" "$tmp/inferred.txt"
+"$opfuse" analyze "$tmp/one-step.json" --json "$tmp/total.json" > "$tmp/total.txt"
 grep -q "no ProfilerStep markers: times are totals over the trace" "$tmp/total.txt"
 grep -q "^findings: .*times in the trace" "$tmp/total.txt"
 "$opfuse" analyze "$tmp/unmarked.json" --steps 2 --json "$tmp/per.json" --html "$tmp/per.html" > "$tmp/per.txt"
 grep -q ", 2 steps (--steps), .* ms per step" "$tmp/per.txt"
 grep -q "^findings: .*times per step" "$tmp/per.txt"
 grep -q "ms per step)" "$tmp/per.txt"
-/usr/bin/python3 - "$tmp/total.json" "$tmp/per.json" <<'PY'
+/usr/bin/python3 - "$tmp/total.json" "$tmp/per.json" "$tmp/inferred.json" <<'PY'
 import json, sys
-total, per = (json.load(open(p)) for p in sys.argv[1:])
+total, per, inferred = (json.load(open(p)) for p in sys.argv[1:])
 assert total["trace"]["steps"] == 0 and total["trace"]["steps_from"] == ""
+assert all(f["time_us_per_step"] is None for f in total["findings"]) and total["ops"][0]["self_us_per_step"] is None
 assert per["trace"]["steps"] == 2 and per["trace"]["steps_from"] == "given"
 assert abs(per["trace"]["step_us"] - per["trace"]["duration_us"] / 2) < 1e-6
-for a, b in zip(total["findings"], per["findings"]):
-    assert a["time_us_per_step"] is None and a["time_us"] == b["time_us"]
+assert inferred["trace"]["steps"] == 2 and inferred["trace"]["steps_from"] == "repeated pattern", inferred["trace"]
+assert 0.3 < inferred["trace"]["step_us"] / per["trace"]["step_us"] < 1.5
+for a, b in zip(inferred["findings"], per["findings"]):
+    assert a["time_us"] == b["time_us"] and a["time_us_per_step"] == b["time_us_per_step"]
     assert abs(b["time_us_per_step"] - b["time_us"] / 2) < 1e-6 and abs(b["est_saving_us_per_step"] - b["est_saving_us"] / 2) < 1e-6
 op = per["ops"][0]
-assert abs(op["self_us_per_step"] - op["self_us"] / 2) < 1e-6 and total["ops"][0]["self_us_per_step"] is None
+assert abs(op["self_us_per_step"] - op["self_us"] / 2) < 1e-6 and inferred["ops"][0]["self_us_per_step"] == op["self_us_per_step"]
 PY
 expect_usage_error analyze "$tmp/memory-efficient.json" --steps 3
 grep -q "marks 2 steps (ProfilerStep#), not the 3 given with --steps" "$tmp/err"
