@@ -66,10 +66,11 @@ OpBenchResult bench_op(const OpBenchOptions& options);
 
 namespace opfuse::bench {
 
-// Microseconds one call of opfuse op `op` (silu, silu_backward, se_gate, batch_norm_silu in
-// training mode, drop_connect_add with p = 0.2, rms_norm's forward) takes here at the
-// tensor shapes of a trace's "Input Dims" ("16,32,56,56;16,32,1,1": largest first), median of
-// repeated calls; −1 for an op or shape it cannot time. analyze uses it for its estimates.
+// Microseconds one call of opfuse op `op` (any OpSpec's name: its forward, or its optimizer
+// step; "<name>_backward": its backward) takes here at the tensor shapes of a trace's "Input
+// Dims" ("16,32,56,56;16,32,1,1": largest first), on inputs its spec makes from them (e.g.
+// batch_norm_silu in training mode, drop_connect_add with p = 0.2), median of repeated calls;
+// −1 for an op or shape it cannot time. analyze uses it for its estimates.
 double time_fused_op(const std::string& op, const std::string& dims);
 
 }  // namespace opfuse::bench

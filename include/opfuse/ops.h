@@ -9,6 +9,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Optional.h>
 
+#include <tuple>
+
 namespace opfuse {
 
 // silu(x) = x * sigmoid(x); backward is one fused pass.
@@ -42,6 +44,14 @@ at::Tensor drop_connect_add(const at::Tensor& x, const at::Tensor& residual, dou
 // .type_as(x)` form's numerics, one rounding fewer); one pass forward, one fused pass backward
 // (dx and dweight). Strided x is made contiguous first.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps = 1e-6);
+
+// The residual add then RMSNorm of every Llama block: h = x + residual, y = rms_norm(h, weight,
+// eps); returns (y, h). One pass forward (h and y written, x and residual read once); one fused
+// backward: dx = dresidual = d(rms_norm)/dh·dy + dh (both outputs may receive gradients), dweight
+// as rms_norm's. x and residual of one shape and dtype; bfloat16 h is rounded as `x + residual`
+// rounds it and normalized in float (the `h.float() … .type_as(h)` form).
+std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& residual,
+                                                const at::Tensor& weight, double eps = 1e-6);
 
 // SwiGLU: silu(gate) · up, one pass forward and one backward (sigmoid recomputed, nothing but
 // the inputs saved); gate and up of one shape and dtype.

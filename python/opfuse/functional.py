@@ -70,6 +70,19 @@ def rms_norm_composite(x, weight, eps):
     return y * weight if weight is not None else y
 
 
+def add_rms_norm(x, residual, weight, eps):
+    """(rms_norm(x + residual, weight, eps), x + residual): a Llama block's residual add and the norm
+    after it, one pass forward and one backward on the CPU (gradients from both outputs)."""
+    if (x.device.type == "cpu" and weight is not None and x.shape == residual.shape
+            and x.dtype == residual.dtype == weight.dtype and weight.dim() == 1):
+        return torch.ops.opfuse.add_rms_norm(x, residual, weight, float(eps))
+    if x.device.type == "npu":
+        y, _, h = _npu().npu_add_rms_norm(x, residual, weight, eps)
+        return y, h
+    h = x + residual
+    return rms_norm_composite(h, weight, eps), h
+
+
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
 

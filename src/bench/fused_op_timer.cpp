@@ -1,12 +1,13 @@
-// What a fused op would take in place of a chain found in a trace: run it at the chain's shapes.
+// What a fused op would take in place of a chain found in a trace: run it at the chain's shapes,
+// on inputs its OpSpec makes from them.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 
-#include "ops/dispatch.h"
 #include "opfuse/analyze.h"
 #include "opfuse/bench.h"
-#include "opfuse/ops.h"
+#include "opfuse/op_spec.h"
 #include "opfuse/stats.h"
 
 namespace opfuse::bench {
@@ -36,41 +37,37 @@ bool sizable(const std::vector<int64_t>& shape) {
   return !shape.empty();
 }
 
+// The largest shape is a tensor's; a scalar's [] among the rest is no request for memory.
+bool sizable(const InputShapes& shapes) {
+  return !shapes.empty() && sizable(shapes[0]) &&
+         std::all_of(shapes.begin(), shapes.end(), [](const auto& s) { return s.empty() || sizable(s); });
+}
+
 }  // namespace
 
 double time_fused_op(const std::string& op, const std::string& dims) {
-  const auto shapes = analyze::parse_dims(dims);
-  if (shapes.empty() || !sizable(shapes[0])) return -1;
-  at::NoGradGuard no_grad;
-  const at::Tensor x = torch::randn(shapes[0]);
-  if (op == "silu") return time_calls([&] { opfuse::silu(x); });
-  if (op == "silu_backward") {
-    static const auto backward = find_op<at::Tensor(const at::Tensor&, const at::Tensor&)>("opfuse::silu_backward");
-    const at::Tensor grad = torch::randn(shapes[0]);
-    return time_calls([&] { backward.call(grad, x); });
+  // "<op>_backward" times the op's fused backward: the gradient of one forward, retained.
+  static const std::string kBackward = "_backward";
+  const size_t stem = op.size() - std::min(op.size(), kBackward.size());
+  const bool backward = stem > 0 && op.compare(stem, std::string::npos, kBackward) == 0;
+  const OpSpec* spec = find_op_spec(backward ? op.substr(0, stem) : op);
+  OpArgs args;
+  args.shapes = analyze::parse_dims(dims);
+  if (spec == nullptr || !sizable(args.shapes)) return -1;
+  OpCase c;
+  try {
+    c = spec->make(args);
+  } catch (const std::exception&) {  // shapes the op does not take
+    return -1;
   }
-  if (op == "se_gate") {
-    if (x.dim() != 4) return -1;
-    std::vector<int64_t> gate_shape{x.size(0), x.size(1), 1, 1};
-    const at::Tensor gate = torch::randn(gate_shape);
-    return time_calls([&] { opfuse::se_gate(x, gate); });
+  const OpVariant& fused = c.variants.back();
+  if (fused.step) return time_calls(fused.step);
+  if (!backward) {
+    at::NoGradGuard no_grad;
+    return time_calls([&] { fused.forward(); });
   }
-  if (op == "batch_norm_silu") {
-    if (x.dim() != 4 && x.dim() != 2) return -1;
-    const at::Tensor w = torch::ones({x.size(1)}), b = torch::zeros({x.size(1)});
-    at::Tensor rm = torch::zeros({x.size(1)}), rv = torch::ones({x.size(1)});
-    return time_calls([&] { opfuse::batch_norm_silu(x, w, b, rm, rv, true, 0.01, 1e-3); });
-  }
-  if (op == "rms_norm") {  // the largest shape is x; the weight is its last dimension
-    if (x.dim() < 1) return -1;
-    const at::Tensor w = torch::ones({x.size(-1)});
-    return time_calls([&] { opfuse::rms_norm(x, w, 1e-6); });
-  }
-  if (op == "drop_connect_add") {
-    const at::Tensor residual = torch::randn(shapes[0]);
-    return time_calls([&] { opfuse::drop_connect_add(x, residual, 0.2, true); });
-  }
-  return -1;
+  const at::Tensor y = fused.forward();
+  return time_calls([&] { torch::autograd::grad({y}, c.leaves, {c.grad_output}, /*retain_graph=*/true); });
 }
 
 }  // namespace opfuse::bench

@@ -30,6 +30,12 @@ TORCH_LIBRARY(opfuse, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps=1e-6) -> Tensor");
   m.def("rms_norm_forward(Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)");
   m.def("rms_norm_backward(Tensor grad, Tensor x, Tensor weight, Tensor rstd) -> (Tensor, Tensor)");
+  // h = x + residual, then rms_norm(h); returns (y, h). _forward also returns rstd; _backward
+  // takes both outputs' gradients (grad_h undefined when h got none) and returns (dh, dweight),
+  // dh being both x's and residual's gradient.
+  m.def("add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps=1e-6) -> (Tensor, Tensor)");
+  m.def("add_rms_norm_forward(Tensor x, Tensor residual, Tensor weight, float eps) -> (Tensor, Tensor, Tensor)");
+  m.def("add_rms_norm_backward(Tensor grad, Tensor? grad_h, Tensor h, Tensor weight, Tensor rstd) -> (Tensor, Tensor)");
   // silu(gate) · up; _packed takes one tensor whose last dimension holds gate, then up.
   m.def("swiglu(Tensor gate, Tensor up) -> Tensor");
   m.def("swiglu_backward(Tensor grad, Tensor gate, Tensor up) -> (Tensor, Tensor)");

@@ -1,4 +1,5 @@
-// opfuse::rms_norm: front end, autograd and the C++ API. The loops live in cpu/rms_norm_loops.h.
+// opfuse::rms_norm and opfuse::add_rms_norm (the residual add before it, as every Llama block
+// does it): front ends, autograd and the C++ API. The loops live in cpu/rms_norm_loops.h.
 #include <ATen/OpMathType.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -24,13 +25,23 @@ void check_arguments(const at::Tensor& x, const at::Tensor& weight, const char* 
               x.scalar_type(), " and ", weight.scalar_type());
 }
 
+void check_rstd(const at::Tensor& rstd, const at::Tensor& x, const char* op) {
+  TORCH_CHECK(rstd.sizes() == x.sizes().slice(0, x.dim() - 1), op, ": rstd must hold one value per row of x (",
+              x.sizes().slice(0, x.dim() - 1), "), got ", rstd.sizes());
+  TORCH_CHECK(rstd.scalar_type() == at::toOpMathType(x.scalar_type()), op, ": rstd must be ",
+              at::toOpMathType(x.scalar_type()), ", got ", rstd.scalar_type());
+}
+
+at::Tensor empty_rstd(const at::Tensor& x) {
+  std::vector<int64_t> rows(x.sizes().begin(), x.sizes().end() - 1);
+  return at::empty(rows, x.options().dtype(at::toOpMathType(x.scalar_type())));
+}
+
 std::tuple<at::Tensor, at::Tensor> rms_norm_forward_cpu(const at::Tensor& x_in, const at::Tensor& w_in, double eps) {
   check_arguments(x_in, w_in, "opfuse::rms_norm_forward");
   TORCH_CHECK(eps >= 0, kOp, ": eps must not be negative, got ", eps);
   const at::Tensor x = x_in.contiguous(), w = w_in.contiguous();
-  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
-  std::vector<int64_t> rows(x.sizes().begin(), x.sizes().end() - 1);
-  at::Tensor rstd = at::empty(rows, x.options().dtype(at::toOpMathType(x.scalar_type())));
+  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous), rstd = empty_rstd(x);
   cpu::rms_norm_forward_kernel(x, w, eps, y, rstd);
   return {y, rstd};
 }
@@ -41,10 +52,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad,
   check_arguments(x_in, w_in, op);
   check_input(grad, op, "grad");
   check_same(grad, x_in, op, "grad", "x");
-  TORCH_CHECK(rstd.sizes() == x_in.sizes().slice(0, x_in.dim() - 1), op,
-              ": rstd must hold one value per row of x (", x_in.sizes().slice(0, x_in.dim() - 1), "), got ", rstd.sizes());
-  TORCH_CHECK(rstd.scalar_type() == at::toOpMathType(x_in.scalar_type()), op, ": rstd must be ",
-              at::toOpMathType(x_in.scalar_type()), ", got ", rstd.scalar_type());
+  check_rstd(rstd, x_in, op);
   const at::Tensor x = x_in.contiguous(), w = w_in.contiguous(), dy = grad.contiguous(), r = rstd.contiguous();
   at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous), dw = at::empty_like(w);
   cpu::rms_norm_backward_kernel(dy, x, w, r, dx, dw);
@@ -53,6 +61,46 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad,
 
 at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return std::get<0>(rms_norm_forward_cpu(x, weight, eps));
+}
+
+// h = x + residual, y = rms_norm(h); returns (y, h, rstd).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_forward_cpu(const at::Tensor& x_in, const at::Tensor& r_in,
+                                                                        const at::Tensor& w_in, double eps) {
+  constexpr const char* op = "opfuse::add_rms_norm_forward";
+  check_arguments(x_in, w_in, op);
+  check_input(r_in, op, "residual");
+  check_same(x_in, r_in, op, "x", "residual");
+  TORCH_CHECK(eps >= 0, "opfuse::add_rms_norm: eps must not be negative, got ", eps);
+  const at::Tensor x = x_in.contiguous(), r = r_in.contiguous(), w = w_in.contiguous();
+  at::Tensor h = at::empty_like(x, at::MemoryFormat::Contiguous), y = at::empty_like(h), rstd = empty_rstd(x);
+  cpu::add_rms_norm_forward_kernel(x, r, w, eps, h, y, rstd);
+  return {y, h, rstd};
+}
+
+// (dh, dweight): dh = rms_norm's dx at h plus grad_h, the gradient of both x and residual.
+std::tuple<at::Tensor, at::Tensor> add_rms_norm_backward_cpu(const at::Tensor& grad, const c10::optional<at::Tensor>& grad_h,
+                                                             const at::Tensor& h_in, const at::Tensor& w_in,
+                                                             const at::Tensor& rstd) {
+  constexpr const char* op = "opfuse::add_rms_norm_backward";
+  check_arguments(h_in, w_in, op);
+  check_input(grad, op, "grad");
+  check_same(grad, h_in, op, "grad", "h");
+  check_rstd(rstd, h_in, op);
+  at::Tensor dh;
+  if (grad_h.has_value() && grad_h->defined()) {
+    check_same(*grad_h, h_in, op, "grad_h", "h");
+    dh = grad_h->contiguous();
+  }
+  const at::Tensor h = h_in.contiguous(), w = w_in.contiguous(), dy = grad.contiguous(), r = rstd.contiguous();
+  at::Tensor dx = at::empty_like(h, at::MemoryFormat::Contiguous), dw = at::empty_like(w);
+  cpu::add_rms_norm_backward_kernel(dy, dh, h, w, r, dx, dw);
+  return {dx, dw};
+}
+
+std::tuple<at::Tensor, at::Tensor> add_rms_norm_cpu(const at::Tensor& x, const at::Tensor& residual,
+                                                    const at::Tensor& weight, double eps) {
+  auto [y, h, rstd] = add_rms_norm_forward_cpu(x, residual, weight, eps);
+  return {y, h};
 }
 
 using torch::autograd::AutogradContext;
@@ -93,10 +141,57 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   }
 };
 
+auto add_forward_op() {
+  static auto op = find_op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                          const at::Tensor&, double)>(
+      "opfuse::add_rms_norm_forward");
+  return op;
+}
+
+auto add_backward_op() {
+  static auto op = find_op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const c10::optional<at::Tensor>&,
+                                                              const at::Tensor&, const at::Tensor&, const at::Tensor&)>(
+      "opfuse::add_rms_norm_backward");
+  return op;
+}
+
+auto add_rms_norm_op() {
+  static auto op = find_op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                              double)>("opfuse::add_rms_norm");
+  return op;
+}
+
+// Saves h (an output), weight and rstd. Either output may get a gradient: dy alone is rms_norm's
+// backward, dh alone passes straight to x and residual, both are one fused pass.
+class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& residual,
+                               const at::Tensor& weight, double eps) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    ctx->set_materialize_grads(false);  // an output without a gradient costs no pass over zeros
+    auto [y, h, rstd] = add_forward_op().call(x, residual, weight, eps);
+    ctx->save_for_backward({h, weight, rstd});
+    return {y, h};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor &dy = grads[0], &dh = grads[1];
+    if (!dy.defined()) return {dh, dh, at::Tensor(), at::Tensor()};
+    const auto saved = ctx->get_saved_variables();
+    auto [dx, dw] = add_backward_op().call(dy, dh.defined() ? c10::optional<at::Tensor>(dh) : c10::nullopt, saved[0],
+                                           saved[1], saved[2]);
+    return {dx, dx, dw, at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return rms_norm_op().call(x, weight, eps);
+}
+
+std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& residual,
+                                                const at::Tensor& weight, double eps) {
+  return add_rms_norm_op().call(x, residual, weight, eps);
 }
 
 }  // namespace opfuse
@@ -105,6 +200,9 @@ TORCH_LIBRARY_IMPL(opfuse, CPU, m) {
   m.impl("rms_norm", &opfuse::rms_norm_cpu);
   m.impl("rms_norm_forward", &opfuse::rms_norm_forward_cpu);
   m.impl("rms_norm_backward", &opfuse::rms_norm_backward_cpu);
+  m.impl("add_rms_norm", &opfuse::add_rms_norm_cpu);
+  m.impl("add_rms_norm_forward", &opfuse::add_rms_norm_forward_cpu);
+  m.impl("add_rms_norm_backward", &opfuse::add_rms_norm_backward_cpu);
 }
 
 // The backward has no derivative of its own: double backward raises.
@@ -114,4 +212,10 @@ TORCH_LIBRARY_IMPL(opfuse, Autograd, m) {
   });
   m.impl("rms_norm_forward", torch::autograd::autogradNotImplementedFallback());
   m.impl("rms_norm_backward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("add_rms_norm", [](const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps) {
+    const auto out = opfuse::AddRmsNormFunction::apply(x, residual, weight, eps);
+    return std::make_tuple(out[0], out[1]);
+  });
+  m.impl("add_rms_norm_forward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("add_rms_norm_backward", torch::autograd::autogradNotImplementedFallback());
 }

@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/subgraph_rewrite.h>
 
+#include <algorithm>
 #include <optional>
 #include <unordered_set>
 
@@ -87,15 +88,22 @@ std::shared_ptr<Graph> parse_graph(const std::string& text, const char* what) {
 
 // The op a replacement introduces, counted to know how many places changed: its opfuse op (the
 // glue around it, e.g. attention's transpose of kᵀ back to k, is not), else its first op.
-c10::Symbol introduced_op(const Graph& replacement) {
-  std::optional<c10::Symbol> first;
-  for (const torch::jit::Node* n : replacement.nodes()) {
-    if (n->kind() == c10::prim::Constant) continue;
+// (in a prim::If's blocks too: a replacement may keep the composite for the dtypes the op does
+// not cover).
+std::optional<c10::Symbol> opfuse_op_in(const torch::jit::Block* block) {
+  for (const torch::jit::Node* n : block->nodes()) {
     if (std::string(n->kind().ns().toUnqualString()) == "opfuse") return n->kind();
-    if (!first) first = n->kind();
+    for (const torch::jit::Block* inner : n->blocks())
+      if (auto op = opfuse_op_in(inner)) return op;
   }
-  if (!first) throw std::invalid_argument("torchscript replacement has no op");
-  return *first;
+  return std::nullopt;
+}
+
+c10::Symbol introduced_op(const Graph& replacement) {
+  if (auto op = opfuse_op_in(replacement.block())) return *op;
+  for (const torch::jit::Node* n : replacement.nodes())
+    if (n->kind() != c10::prim::Constant) return n->kind();
+  throw std::invalid_argument("torchscript replacement has no op");
 }
 
 int count_nodes(const torch::jit::Block* block, c10::Symbol kind) {
@@ -108,7 +116,8 @@ int count_nodes(const torch::jit::Block* block, c10::Symbol kind) {
 }
 
 // A pattern's distinct inputs must be distinct values: x·sigmoid(g) is not meant to take x·sigmoid(x),
-// which the silu pattern covers.
+// which the silu pattern covers. Constants are exempt: a saved model pools them, so the residual
+// add's alpha and the eps add's are one value there.
 torch::jit::MatchFilter distinct_inputs(const Graph& pattern) {
   std::vector<std::string> inputs;
   for (const torch::jit::Value* v : pattern.inputs()) inputs.push_back(v->debugName());
@@ -118,10 +127,33 @@ torch::jit::MatchFilter distinct_inputs(const Graph& pattern) {
       const auto v = vmap.find(name);
       if (v == vmap.end()) continue;
       const auto bound = match.values_map.find(v->second);
-      if (bound != match.values_map.end() && !seen.insert(bound->second).second) return false;
+      if (bound == match.values_map.end() || bound->second->node()->kind() == c10::prim::Constant) continue;
+      if (!seen.insert(bound->second).second) return false;
     }
     return true;
   };
+}
+
+// Module reads and constants moved as early as their inputs allow (moved, never merged: distinct
+// values stay distinct for distinct_inputs). SubgraphRewriter inserts a replacement at the first
+// use of a pattern's outputs and skips a match whose inputs come later; inlining leaves a
+// submodule's weight read and a folded constant just before their use, after the residual add
+// that add_rms_norm's patterns start at. Not done where the forward sets an attribute.
+void hoist_reads(Graph& graph) {
+  if (count_nodes(graph.block(), c10::prim::SetAttr) > 0) return;
+  std::unordered_set<const torch::jit::Value*> ready(graph.inputs().begin(), graph.inputs().end());
+  torch::jit::Node* first_other = nullptr;
+  const std::vector<torch::jit::Node*> nodes(graph.nodes().begin(), graph.nodes().end());
+  for (torch::jit::Node* n : nodes) {
+    const bool read = (n->kind() == c10::prim::GetAttr || n->kind() == c10::prim::Constant) &&
+                      std::all_of(n->inputs().begin(), n->inputs().end(), [&](auto* v) { return ready.count(v) > 0; });
+    if (!read) {
+      if (first_other == nullptr) first_other = n;
+      continue;
+    }
+    ready.insert(n->outputs().begin(), n->outputs().end());
+    if (first_other != nullptr) n->moveBefore(first_other);
+  }
 }
 
 }  // namespace
@@ -138,6 +170,7 @@ int rewrite_graph(Model& model, const std::string& pattern, const std::string& r
   if (inline_calls) {
     torch::jit::Inline(*forward);
     torch::jit::ConstantPropagation(forward);
+    hoist_reads(*forward);
   }
   torch::jit::SubgraphRewriter rewriter;
   rewriter.RegisterRewritePattern(pattern, replacement);

@@ -461,6 +461,11 @@ TEST(Rules, RealSpellingsForwardAndBackwardAreClaimedWhole) {
       {"rms_norm", "to-pow-mean-add-pow-mul-type_as-mul"},
       {"rms_norm", "MulBackward0-torch::autograd::AccumulateGrad-ToCopyBackward0-MulBackward0-PowBackward0-"
                    "AddBackward0-MeanBackward1-PowBackward0-ToCopyBackward0"},
+      // a Llama block's residual add before llama2.c's norm (h = x + r; norm(h)); in the backward
+      // the add's node after the norm's, once h's other use has given its gradient
+      {"add_rms_norm", "add-to-pow-mean-add-rsqrt-mul-type_as-mul"},
+      {"add_rms_norm", "MulBackward0-torch::autograd::AccumulateGrad-ToCopyBackward0-MulBackward0-RsqrtBackward0-"
+                       "AddBackward0-MeanBackward1-PowBackward0-ToCopyBackward0-AddBackward0"},
       // minGPT's NewGELU (Hugging Face's gelu_new): forward and backward
       {"gelu_tanh", "mul-pow-mul-add-mul-tanh-add-mul"},
       {"gelu_tanh", "MulBackward0-AddBackward0-TanhBackward0-MulBackward0-AddBackward0-MulBackward0-PowBackward0-"

@@ -10,7 +10,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$opfuse" bench-op --help | grep -q -- --numel
 
 for op in silu swish se_gate batch_norm_silu drop_connect_add rms_norm swiglu attention rotary_embedding adamw \
-          cross_entropy linear_cross_entropy; do
+          cross_entropy linear_cross_entropy add_rms_norm; do
   size="--numel 100000"
   [ "$op" = attention ] && size="--seq-len 70 --head-dim 32 --dropout 0.1"
   [ "$op" = adamw ] && size=""
@@ -27,6 +27,8 @@ assert set(r["ms"]) == {"reference", "aten", "opfuse"} and all(v > 0 for v in r[
 for v in r["variants"]:
     assert len(v["ms_rounds"]) == 3 and v["spread"] >= 1 and v["ms_ci"][0] <= v["ms"] <= v["ms_ci"][1], v
     assert v["peak_bytes"] > 0 or (r["op"] == "adamw" and v["name"] == "opfuse"), v
+if r["op"] == "add_rms_norm":  # --numel 100000: 130 rows of 768
+    assert r["shape"] == "[130, 768]", r["shape"]
 if r["op"] == "rotary_embedding":
     assert r["shape"] == "[4, 48, 8, 64]", r["shape"]
 if r["op"] == "adamw":  # the fused step allocates nothing; both ATen spellings make temporaries

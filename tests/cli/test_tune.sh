@@ -166,6 +166,42 @@ grep -q "unknown dtype 'half'" "$tmp/err"
 # too few inputs: the interpreter's own words
 expect_usage_error tune --model "$tmp/lm.pt" --input-shape 4,64:int64:100 --out "$tmp/one-input"
 grep -q "keep" "$tmp/err"
+# Llama's RMSNorm in three spellings (llama2.c's, Hugging Face's, without casts), every norm but the
+# first after a residual add: those four become opfuse::add_rms_norm, then the first opfuse::rms_norm;
+# verified, float32 runs the fused ops, float64 keeps the float32 composite of the spellings that
+# cast (there is no float64 arithmetic in them to fuse) and matches the original, gradients included.
+"$python" "$here/../python/tiny_llama.py" "$tmp/llama.pt"
+"$opfuse" rewrite "$tmp/llama.pt" "$tmp/llama.fused.pt" --input-shape 2,8,32 --loss mse > "$tmp/llama.txt"
+grep -q "^add_rms_norm .*opfuse::add_rms_norm (3 patterns) *4  yes" "$tmp/llama.txt"
+grep -q "^rms_norm .*opfuse::rms_norm (3 patterns) *1  yes" "$tmp/llama.txt"
+"$python" - "$library" "$tmp/llama.pt" "$tmp/llama.fused.pt" <<'PY'
+import sys
+import torch
+torch.ops.load_library(sys.argv[1])
+original, fused = (torch.jit.load(p) for p in sys.argv[2:4])
+code = fused.code
+assert code.count("ops.opfuse.add_rms_norm(") == 4 and code.count("ops.opfuse.rms_norm(") == 1, code
+assert "ops.opfuse" not in original.code
+x = torch.randn(3, 5, 32)
+with torch.autograd.profiler.profile() as prof:
+    y = fused(x)
+names = [e.name for e in prof.function_events]
+assert names.count("opfuse::add_rms_norm") == 4 and names.count("opfuse::rms_norm") == 1, names
+assert "aten::rsqrt" not in names, names
+assert torch.allclose(y, original(x), rtol=1e-5, atol=1e-6)
+ref, got = original.double(), fused.double()
+xa, xb = x.double().requires_grad_(), x.double().requires_grad_()
+a, b = ref(xa), got(xb)
+assert torch.allclose(b, a, rtol=1e-12, atol=1e-12), (b - a).abs().max()
+a.square().sum().backward()
+b.square().sum().backward()
+# upstream of a casting norm the gradients pass through its float32 arithmetic, where a 1e-16
+# difference from the fused float64 norm after it may flip a float32 rounding: bound 1e-6 of the
+# tensor's largest value
+for n, g, r in [("x", xb.grad, xa.grad)] + [(n, q.grad, p.grad) for (n, p), (_, q) in
+                                             zip(ref.named_parameters(), got.named_parameters())]:
+    assert (g - r).abs().max() <= 1e-6 * r.abs().max(), (n, (g - r).abs().max())
+PY
 # A TorchScript file is one whatever its name (torch.jit.save writes any).
 cp "$tmp/net.pt" "$tmp/net.pth"
 "$opfuse" tune --model "$tmp/net.pth" --input-shape 4,3,32,32 --steps 1 --rounds 1 --warmup 0 --profile-steps 1 \

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <random>
+#include <string>
 
 #include "ops/cpu/capability.h"
 
@@ -37,6 +39,16 @@ inline void expect_close(const at::Tensor& actual, const at::Tensor& reference, 
   EXPECT_LE(excess[worst].item<double>(), 0.0)
       << what << ": element " << worst << " is " << a[worst].item<double>() << ", reference "
       << r[worst].item<double>() << ", tolerance " << t[worst].item<double>();
+}
+
+// The message of the c10::Error f throws, without its backtrace; empty when it throws none.
+inline std::string error_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return {};
 }
 
 // Runs the test body on each CPU path this machine has.

@@ -272,19 +272,10 @@ TEST(CrossEntropy, DoubleBackwardRaises) {
                                 "opfuse::cross_entropy");
 }
 
-std::string message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return std::string(e.what_without_backtrace());
-  }
-  return std::string();
-}
-
 TEST(CrossEntropy, BadArgumentsNameTheOpAndTheProblem) {
   const at::Tensor x = torch::randn({3, 5}), t = torch::tensor({0, 4, 2}, torch::kLong);
   auto says = [](const std::function<void()>& f, const std::string& part) {
-    const std::string m = message(f);
+    const std::string m = error_message(f);
     EXPECT_NE(m.find("opfuse::cross_entropy"), std::string::npos) << m;
     EXPECT_NE(m.find(part), std::string::npos) << m;
   };
@@ -429,7 +420,7 @@ TEST(LinearCrossEntropy, DoubleBackwardRaises) {
 TEST(LinearCrossEntropy, BadArgumentsNameTheOpAndTheProblem) {
   const at::Tensor h = torch::randn({3, 4}), w = torch::randn({5, 4}), t = torch::tensor({0, 4, 2}, torch::kLong);
   auto says = [](const std::function<void()>& f, const std::string& part) {
-    const std::string m = message(f);
+    const std::string m = error_message(f);
     EXPECT_NE(m.find("opfuse::linear_cross_entropy"), std::string::npos) << m;
     EXPECT_NE(m.find(part), std::string::npos) << m;
   };

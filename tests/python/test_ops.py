@@ -49,6 +49,28 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(torch.ops.opfuse.swiglu_packed, (packed,))
 
 
+def test_add_rms_norm_gradcheck_float64_both_outputs():
+    x, r = (torch.randn(3, 4, 7, dtype=torch.double, requires_grad=True) for _ in range(2))
+    w = (torch.rand(7, dtype=torch.double) + 0.5).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b, c: torch.ops.opfuse.add_rms_norm(a, b, c, 1e-5), (x, r, w))
+    # y alone and h alone: the other output's gradient undefined
+    assert torch.autograd.gradcheck(lambda a, b, c: torch.ops.opfuse.add_rms_norm(a, b, c, 1e-5)[0], (x, r, w))
+    assert torch.autograd.gradcheck(lambda a, b, c: torch.ops.opfuse.add_rms_norm(a, b, c, 1e-5)[1], (x, r, w))
+
+
+def test_add_rms_norm_bfloat16_is_llamas_add_then_float_arithmetic_rounded_once():
+    """Against `h = x + r; (h.float() … ).type_as(h) * w` in bfloat16: h bit for bit, y within one
+    bfloat16 rounding of the float64 norm of that h."""
+    x, r = ((torch.randn(16, 288) * 2).bfloat16() for _ in range(2))
+    w = (torch.rand(288) + 0.5).bfloat16()
+    y, h = torch.ops.opfuse.add_rms_norm(x, r, w, 1e-5)
+    assert torch.equal(h, x + r)
+    hd = h.double()
+    ref = hd * torch.rsqrt(hd.pow(2).mean(-1, keepdim=True) + 1e-5) * w.double()
+    assert y.dtype == torch.bfloat16
+    assert torch.all((y.double() - ref).abs() <= 2 ** -8 * ref.abs() + 1e-30)
+
+
 def test_rms_norm_bfloat16_is_float_arithmetic_rounded_once():
     """Llama's `x.float() … .type_as(x) * w` in bfloat16, against float64: the fused op rounds once."""
     x = (torch.randn(64, 288) * 2).bfloat16()

@@ -57,6 +57,13 @@ void rms_norm_forward_kernel(const at::Tensor& x, const at::Tensor& weight, doub
 //   dx = rstd·(dy·w − x̂·mean(dy·w·x̂)),  dweight = Σ_rows dy·x̂,  x̂ = x·rstd
 void rms_norm_backward_kernel(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
                               const at::Tensor& rstd, at::Tensor& dx, at::Tensor& dweight);
+// The same on h = x + residual (x, residual, h contiguous, one shape), h written:
+//   h = x + residual,  y = h · rstd · w;   dx = rstd·(dy·w − ĥ·mean(dy·w·ĥ)) + dh (dh may be undefined)
+void add_rms_norm_forward_kernel(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps,
+                                 at::Tensor& h, at::Tensor& y, at::Tensor& rstd);
+void add_rms_norm_backward_kernel(const at::Tensor& dy, const at::Tensor& dh, const at::Tensor& h,
+                                  const at::Tensor& weight, const at::Tensor& rstd, at::Tensor& dx,
+                                  at::Tensor& dweight);
 
 // SwiGLU over rows of y's last dimension d: y = silu(gate) · up, dgate = dy · u · silu'(g),
 // dup = dy · silu(g). y and dy are contiguous; a row's gate and up (and dgate, dup) start

@@ -15,6 +15,15 @@ double sum_of_squares(const T* x, int64_t d) {
   return V::hsum(s2);
 }
 
+// h = x + residual, rounded to T as ATen's add rounds it (the norm then reads the rounded h).
+template <typename V, typename T>
+void add_row(const T* x, const T* residual, int64_t d, T* h) {
+  for (int64_t j = 0; j < d; j += V::kLanes) {
+    const int64_t m = std::min<int64_t>(V::kLanes, d - j);
+    store_part<V>(h + j, m, load_part<V>(x + j, m, 0) + load_part<V>(residual + j, m, 0));
+  }
+}
+
 // y = x · rstd · w
 template <typename V, typename T>
 void normalize_row(const T* x, const T* w, typename V::A rstd, int64_t d, T* y) {
@@ -25,10 +34,12 @@ void normalize_row(const T* x, const T* w, typename V::A rstd, int64_t d, T* y) 
   }
 }
 
-// With g = dy · w and c = Σ g·x:  dx = g · rstd − x · rstd³ · c / d, and into the row block's
-// partial dw (padded to whole vectors): dy · x · rstd.
+// With g = dy · w and c = Σ g·x:  dx = g · rstd − x · rstd³ · c / d (+ dh, the gradient x
+// receives besides, when add_rms_norm's h has one), and into the row block's partial dw (padded
+// to whole vectors): dy · x · rstd.
 template <typename V, typename T>
-void backward_row(const T* dy, const T* x, const T* w, typename V::A rstd, int64_t d, T* dx, typename V::A* dw_part) {
+void backward_row(const T* dy, const T* x, const T* w, typename V::A rstd, int64_t d, const T* dh, T* dx,
+                  typename V::A* dw_part) {
   using F = typename V::F;
   using A = typename V::A;
   typename V::D s1 = V::dzero(), s2 = V::dzero();
@@ -41,32 +52,43 @@ void backward_row(const T* dy, const T* x, const T* w, typename V::A rstd, int64
   for (int64_t j = 0; j < d; j += V::kLanes) {
     const int64_t m = std::min<int64_t>(V::kLanes, d - j);
     const F g = load_part<V>(dy + j, m, 0), xv = load_part<V>(x + j, m, 0);
-    store_part<V>(dx + j, m, g * load_part<V>(w + j, m, 0) * r - xv * kv);
+    F dxv = g * load_part<V>(w + j, m, 0) * r - xv * kv;
+    if (dh != nullptr) dxv = dxv + load_part<V>(dh + j, m, 0);  // rounded once, with the rest
+    store_part<V>(dx + j, m, dxv);
     V::store(dw_part + j, V::load(dw_part + j) + g * (xv * r));  // missing lanes add 0
   }
 }
 
 // Rows are cut into blocks of about kBlockElements elements; each block is one task and keeps
 // its own dw partials, added in block order: the same bits for any thread count.
+// With a residual (add_rms_norm), each row's h = x + residual is written first and normalized
+// while it is in cache; residual and h are null for rms_norm.
 template <typename V, typename T>
-void forward_all(const T* x, const T* w, int64_t rows, int64_t d, double eps, T* y, typename V::A* rstd) {
+void forward_all(const T* x, const T* residual, const T* w, int64_t rows, int64_t d, double eps, T* h, T* y,
+                 typename V::A* rstd) {
   using A = typename V::A;
   const int64_t per_block = rows_per_block(d), blocks = (rows + per_block - 1) / per_block;
   at::parallel_for(0, blocks, grain_for(per_block * d), [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b)
       for (int64_t r = b * per_block; r < std::min(rows, (b + 1) * per_block); ++r) {
-        const A inv = A(1.0 / std::sqrt(sum_of_squares<V>(x + r * d, d) / d + eps));
+        const T* row = x + r * d;
+        if (residual != nullptr) {
+          add_row<V>(row, residual + r * d, d, h + r * d);
+          row = h + r * d;
+        }
+        const A inv = A(1.0 / std::sqrt(sum_of_squares<V>(row, d) / d + eps));
         rstd[r] = inv;
-        normalize_row<V>(x + r * d, w, inv, d, y + r * d);
+        normalize_row<V>(row, w, inv, d, y + r * d);
       }
   });
 }
 
 // dw's partials are kept per block of at most kDwRows rows in the accumulation type (a float
-// sum of ≤ 16 terms), then the blocks are added in double, in block order.
+// sum of ≤ 16 terms), then the blocks are added in double, in block order. dh is null, or
+// add_rms_norm's gradient of h, added into dx.
 template <typename V, typename T>
-void backward_all(const T* dy, const T* x, const T* w, const typename V::A* rstd, int64_t rows, int64_t d, T* dx,
-                  double* dw) {
+void backward_all(const T* dy, const T* x, const T* w, const typename V::A* rstd, int64_t rows, int64_t d,
+                  const T* dh, T* dx, double* dw) {
   using A = typename V::A;
   const int64_t per_block = std::min(kDwRows, rows_per_block(d)), blocks = (rows + per_block - 1) / per_block;
   const int64_t dp = padded_length(d);
@@ -74,7 +96,8 @@ void backward_all(const T* dy, const T* x, const T* w, const typename V::A* rstd
   at::parallel_for(0, blocks, grain_for(per_block * d), [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b)
       for (int64_t r = b * per_block; r < std::min(rows, (b + 1) * per_block); ++r)
-        backward_row<V>(dy + r * d, x + r * d, w, rstd[r], d, dx + r * d, &parts[b * dp]);
+        backward_row<V>(dy + r * d, x + r * d, w, rstd[r], d, dh == nullptr ? nullptr : dh + r * d, dx + r * d,
+                        &parts[b * dp]);
   });
   std::fill(dw, dw + d, 0.0);
   for (int64_t b = 0; b < blocks; ++b)

@@ -1,0 +1,105 @@
+// adamw: one AdamW step (torch's defaults, lr 1e-3, weight decay 1e-2) over a parameter group,
+// by default llama2.c's stories15M. The variants step the same tensors in turn; their values do
+// not change the time.
+#include <cmath>
+#include <memory>
+
+#include "opfuse/ops.h"
+#include "ops/specs/inputs.h"
+
+namespace opfuse::specs {
+namespace {
+
+constexpr double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, wd = 1e-2;
+
+// stories15M (dim 288, 6 layers, hidden 768, vocab 32000, the output layer tied to the
+// embedding): its 56 parameter tensors.
+InputShapes llama_parameter_shapes() {
+  constexpr int64_t dim = 288, layers = 6, hidden = 768, vocab = 32000;
+  InputShapes shapes{{vocab, dim}};
+  for (int64_t l = 0; l < layers; ++l) {
+    shapes.push_back({dim});  // attention_norm
+    for (int w = 0; w < 4; ++w) shapes.push_back({dim, dim});  // wq, wk, wv, wo
+    shapes.push_back({dim});  // ffn_norm
+    shapes.insert(shapes.end(), {{hidden, dim}, {dim, hidden}, {hidden, dim}});  // w1, w2, w3
+  }
+  shapes.push_back({dim});  // the final norm
+  return shapes;
+}
+
+struct Group {
+  std::vector<at::Tensor> p, g, m, v, steps;
+};
+
+// torch.optim.AdamW(foreach=False)'s _single_tensor_adamw, op for op.
+void per_tensor_step(const Group& s) {
+  for (size_t i = 0; i < s.p.size(); ++i) {
+    s.steps[i].add_(1);
+    const double t = s.steps[i].item<double>();
+    s.p[i].mul_(1 - lr * wd);
+    s.m[i].mul_(beta1).add_(s.g[i], 1 - beta1);
+    s.v[i].mul_(beta2).addcmul_(s.g[i], s.g[i], 1 - beta2);
+    const at::Tensor denom = (s.v[i].sqrt() / std::sqrt(1 - std::pow(beta2, t))).add_(eps);
+    s.p[i].addcdiv_(s.m[i], denom, -lr / (1 - std::pow(beta1, t)));
+  }
+}
+
+// torch.optim.AdamW(foreach=True)'s _multi_tensor_adamw.
+void foreach_step(const Group& s) {
+  at::_foreach_add_(s.steps, 1);
+  at::_foreach_mul_(s.p, 1 - lr * wd);
+  at::_foreach_mul_(s.m, beta1);
+  at::_foreach_add_(s.m, s.g, 1 - beta1);
+  at::_foreach_mul_(s.v, beta2);
+  at::_foreach_addcmul_(s.v, s.g, s.g, 1 - beta2);
+  std::vector<at::Scalar> step_size, bias_correction2_sqrt;
+  for (const at::Tensor& step : s.steps) {
+    const double t = step.item<double>();
+    step_size.push_back(-lr / (1 - std::pow(beta1, t)));
+    bias_correction2_sqrt.push_back(std::sqrt(1 - std::pow(beta2, t)));
+  }
+  std::vector<at::Tensor> denom = at::_foreach_sqrt(s.v);
+  at::_foreach_div_(denom, bias_correction2_sqrt);
+  at::_foreach_add_(denom, eps);
+  at::_foreach_addcdiv_(s.p, s.m, denom, step_size);
+}
+
+// shapes: one per parameter tensor.
+OpCase adamw_case(const OpArgs& a) {
+  if (a.shapes.empty()) throw std::invalid_argument("adamw: no parameter shapes");
+  auto group = std::make_shared<Group>();
+  int64_t total = 0;
+  for (const auto& shape : a.shapes) {
+    group->p.push_back(randn(shape, a.dtype));
+    group->g.push_back(randn(shape, a.dtype));
+    group->m.push_back(torch::zeros(shape, a.dtype));
+    group->v.push_back(torch::zeros(shape, a.dtype));
+    group->steps.push_back(torch::tensor(0.0));
+    total += group->p.back().numel();
+  }
+  OpCase c;
+  c.leaves = group->p;
+  c.copied = torch::randn({total});
+  c.shape = fmt::format("{} tensors, {} parameters{}", group->p.size(), total,
+                        a.shapes == llama_parameter_shapes() ? " (stories15M)" : "");
+  c.variants = {{"reference", "torch.optim.AdamW(foreach=False): per tensor mul_, add_, addcmul_, sqrt, div, addcdiv_",
+                 {}, [group] { per_tensor_step(*group); }},
+                {"aten", "torch.optim.AdamW(foreach=True): _foreach_mul_, _add_, _addcmul_, _sqrt, _div_, _addcdiv_",
+                 {}, [group] { foreach_step(*group); }},
+                {"opfuse", "opfuse::adamw_ (one call, one pass)", {},
+                 [group] { opfuse::adamw_(group->p, group->g, group->m, group->v, group->steps, lr, beta1, beta2, eps, wd); }}};
+  // reads p, g, m, v; writes p, m, v
+  c.bytes_per_step = 7.0 * total * group->p[0].element_size();
+  return c;
+}
+
+InputShapes bench_shapes(const BenchSize& s) {
+  if (s.numel != 0) throw std::invalid_argument("adamw steps stories15M's parameter set, not --numel elements");
+  return llama_parameter_shapes();
+}
+
+}  // namespace
+
+OpSpec adamw_spec() { return {"adamw", bench_shapes, adamw_case, {{{5, 3}, {7}, {17, 2}}}}; }
+
+}  // namespace opfuse::specs

@@ -1,0 +1,58 @@
+// What the op specs share: random inputs of a dtype, leaves, and sizes from bench-op's --numel.
+#pragma once
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "opfuse/op_spec.h"
+
+namespace opfuse::specs {
+
+// Standard normal values drawn in float and converted (torch draws no bfloat16 of its own), so a
+// float case draws what torch::randn draws.
+inline at::Tensor randn(at::IntArrayRef shape, at::ScalarType dtype) { return torch::randn(shape).to(dtype); }
+
+inline at::Tensor leaf(const at::Tensor& t) { return t.detach().requires_grad_(); }
+
+// What `x.float()` in a composite means here: float for float32 and bfloat16, and float64 kept
+// (the composite is the float64 reference of the op tests).
+inline at::ScalarType accumulation_type(const at::Tensor& x) {
+  return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// rows of d elements: the default, or as many as about numel elements make (at least one).
+inline int64_t rows_for(int64_t numel, int64_t d, int64_t default_rows) {
+  return numel == 0 ? default_rows : std::max<int64_t>(1, numel / d);
+}
+
+// The recorded shapes a spec needs: at least `count`, the first of rank in [min_dim, max_dim].
+inline void expect_shapes(const InputShapes& shapes, size_t count, int64_t min_dim, int64_t max_dim, const char* op) {
+  if (shapes.size() < count || int64_t(shapes[0].size()) < min_dim || int64_t(shapes[0].size()) > max_dim)
+    throw std::invalid_argument(fmt::format("{}: no case for shapes of {} tensors, the first of rank {}", op,
+                                            shapes.size(), shapes.empty() ? 0 : shapes[0].size()));
+}
+
+}  // namespace opfuse::specs
+
+namespace opfuse::specs {
+
+// The elementwise ops' default size for bench-op.
+constexpr int64_t kDefaultNumel = 6'400'000;
+
+// EfficientNet-like activations: 16 samples of 56×56 and as many channels as numel allows
+// (at least one).
+inline std::vector<int64_t> efficientnet_activation(int64_t numel) {
+  const int64_t n = 16, hw = 56 * 56;
+  return {n, std::max<int64_t>(1, numel / (n * hw)), 56, 56};
+}
+
+// An MBConv expansion's activation, [16, 96, 56, 56] by default, [16, C, 56, 56] of about numel
+// elements otherwise.
+inline std::vector<int64_t> mbconv_activation(int64_t numel) {
+  return numel == 0 ? std::vector<int64_t>{16, 96, 56, 56} : efficientnet_activation(numel);
+}
+
+}  // namespace opfuse::specs

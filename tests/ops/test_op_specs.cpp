@@ -1,0 +1,103 @@
+// Every op in the OpSpec table, on fresh random data at each of its sample shapes, in float64:
+// the opfuse variant against the composite it replaces, forward and the gradient of every leaf
+// (an optimizer: the parameters after one step). Each variant runs on its own copy of the case
+// (made twice from one seed) and from one seed, so a random mask is drawn alike.
+//
+// Stated bound, per element: |opfuse − reference| ≤ 1e-10·(|ref| + max|ref|), float64's 2^-53
+// grown by sums of at most a few hundred terms and by cancellation against the tensor's largest
+// value (dx = g·r − x·r³·c/d and the like). Each op's own test states its tighter bounds and
+// covers bfloat16, float32 and every CPU path.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <set>
+
+#include "opfuse/op_spec.h"
+#include "reference.h"
+
+namespace opfuse::testing {
+namespace {
+
+constexpr size_t kReference = 0, kOpfuse = 2;
+
+// The forward's output and each leaf's gradient, or for a step the leaves' new values.
+std::vector<at::Tensor> run(const OpCase& c, size_t variant, uint64_t seed) {
+  torch::manual_seed(seed);
+  const OpVariant& v = c.variants.at(variant);
+  std::vector<at::Tensor> results;
+  if (v.step) {
+    v.step();
+    for (const at::Tensor& leaf : c.leaves) results.push_back(leaf.detach().clone());
+    return results;
+  }
+  const at::Tensor y = v.forward();
+  y.backward(c.grad_output);
+  results.push_back(y.detach());
+  for (const at::Tensor& leaf : c.leaves) results.push_back(leaf.grad());
+  return results;
+}
+
+std::string describe(const OpSpec& spec, const InputShapes& shapes) {
+  std::string s = spec.name;
+  for (const auto& shape : shapes) s += " " + c10::str(at::IntArrayRef(shape));
+  return s;
+}
+
+TEST(OpSpecs, EveryOpMatchesItsCompositeInFloat64OnFreshData) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  ASSERT_FALSE(op_specs().empty());
+  for (const OpSpec& spec : op_specs()) {
+    ASSERT_FALSE(spec.samples.empty()) << spec.name << " has no sample shapes";
+    for (const InputShapes& shapes : spec.samples) {
+      const std::string what = describe(spec, shapes);
+      OpArgs args{shapes, torch::kDouble};
+      torch::manual_seed(seed);
+      const OpCase reference_case = spec.make(args);
+      torch::manual_seed(seed);
+      const OpCase fused_case = spec.make(args);
+      ASSERT_EQ(fused_case.variants.size(), 3u) << what;
+      EXPECT_EQ(fused_case.variants[kReference].name, "reference") << what;
+      EXPECT_EQ(fused_case.variants[kOpfuse].name, "opfuse") << what;
+      const auto expected = run(reference_case, kReference, seed + 1);
+      const auto actual = run(fused_case, kOpfuse, seed + 1);
+      ASSERT_EQ(actual.size(), expected.size()) << what;
+      for (size_t i = 0; i < actual.size(); ++i) {
+        const std::string item = what + (i == 0 && !fused_case.variants[kOpfuse].step ? " output" : " leaf " + std::to_string(i));
+        ASSERT_EQ(actual[i].defined(), expected[i].defined()) << item;
+        if (!expected[i].defined()) continue;
+        ASSERT_EQ(actual[i].scalar_type(), torch::kDouble) << item;
+        const at::Tensor ref = expected[i].to(torch::kDouble);
+        const double largest = ref.numel() == 0 ? 0 : ref.abs().max().item<double>();
+        expect_close(actual[i], ref, 1e-10 * (ref.abs() + largest), item);
+      }
+    }
+  }
+}
+
+TEST(OpSpecs, BenchShapesMakeCasesOfTheirOwn) {
+  // Names are unique (bench-op's NAME, a rule's measure:), and bench-op's sizes have a case with
+  // three variants and the bytes it must move. (Made small: --numel 1000, or the op's default
+  // where it refuses --numel.)
+  std::set<std::string> names;
+  for (const OpSpec& spec : op_specs()) {
+    EXPECT_TRUE(names.insert(spec.name).second) << spec.name << " twice";
+    EXPECT_EQ(find_op_spec(spec.name), &spec);
+    BenchSize size{1000, 9, 8};
+    InputShapes shapes;
+    try {
+      shapes = spec.bench_shapes(size);
+    } catch (const std::invalid_argument&) {
+      size.numel = 0;
+      shapes = spec.bench_shapes(size);
+    }
+    const OpCase c = spec.make({shapes});
+    EXPECT_EQ(c.variants.size(), 3u) << spec.name;
+    EXPECT_GT(c.bytes_per_step, 0) << spec.name;
+    EXPECT_FALSE(c.leaves.empty()) << spec.name;
+  }
+  EXPECT_EQ(find_op_spec("gelu"), nullptr);
+}
+
+}  // namespace
+}  // namespace opfuse::testing
