@@ -88,7 +88,11 @@ class PyWorkload : public Workload {
     std::vector<Rewrite> out;
     for (const py::handle item : override_of("rewrites_for")(py::cast(rule, py::return_value_policy::copy))) {
       auto [name, apply] = item.cast<std::pair<std::string, py::function>>();
-      auto fn = std::make_shared<py::function>(std::move(apply));
+      // Dropped wherever tune drops the rewrite, which may be without the GIL.
+      std::shared_ptr<py::function> fn(new py::function(std::move(apply)), [](py::function* f) {
+        py::gil_scoped_acquire gil;
+        delete f;
+      });
       out.push_back({rule.name, name, [fn](Workload& w) {
                        py::gil_scoped_acquire g;
                        return (*fn)(py::cast(&w, py::return_value_policy::reference)).cast<int>();
@@ -172,15 +176,31 @@ py::dict tune_workload(const Workload& w, const std::vector<opfuse::analyze::Rul
   o.seed = kw["seed"].cast<uint64_t>();
   o.threads = kw["threads"].cast<int>();
   o.measure_ops = kw["measure_ops"].cast<bool>();
+  // The hooks hold the callbacks by reference: they are copied while the GIL is released.
   opfuse::tune::Hooks hooks;
-  if (!on_stage.is_none()) hooks.stage = [on_stage](const std::string& s) { on_stage(s); };
-  if (!on_progress.is_none()) hooks.progress = [on_progress](int done, int total) { on_progress(done, total); };
+  if (!on_stage.is_none())
+    hooks.stage = [&on_stage](const std::string& s) {
+      py::gil_scoped_acquire gil;
+      on_stage(s);
+    };
+  if (!on_progress.is_none())
+    hooks.progress = [&on_progress](int done, int total) {
+      py::gil_scoped_acquire gil;
+      on_progress(done, total);
+    };
   // A reference BLAS or a busy machine is a RuntimeWarning, which scripts can filter or raise.
   hooks.warning = [](const std::string& w) {
+    py::gil_scoped_acquire gil;
     py::module_::import("warnings").attr("warn")(w, py::module_::import("builtins").attr("RuntimeWarning"), 2);
   };
   std::shared_ptr<Workload> tuned;
-  const opfuse::tune::TuneResult r = opfuse::tune::tune(w, o, hooks, &tuned);
+  opfuse::tune::TuneResult r;
+  {
+    // Without the GIL: torch refuses a backward run from C++ while it is held (the op timings
+    // of the analysis run one), and the workload's Python half takes it when called.
+    py::gil_scoped_release no_gil;
+    r = opfuse::tune::tune(w, o, hooks, &tuned);
+  }
   py::dict out;
   out["json"] = opfuse::report::tune_json(r).dump();
   out["html"] = opfuse::report::analysis_html(opfuse::report::tune_page(r));
@@ -199,6 +219,7 @@ py::dict analyze_paths(const std::vector<std::string>& paths, const std::vector<
   std::vector<opfuse::analyze::Analysis> analyses;
   for (const auto& p : paths) {
     const opfuse::trace::Trace t = opfuse::trace::read_trace(p);
+    py::gil_scoped_release no_gil;  // the op timings may run a backward, which torch refuses under the GIL
     analyses.push_back(opfuse::analyze::analyze(t, p, rules, options));
   }
   nlohmann::json json = opfuse::report::analysis_json(analyses.front());
@@ -261,7 +282,11 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "verify",
       [](const Workload& baseline, const Workload& candidate, uint64_t seed) {
-        const opfuse::tune::Verdict v = opfuse::tune::verify(baseline, candidate, seed);
+        opfuse::tune::Verdict v;
+        {
+          py::gil_scoped_release no_gil;  // as in tune: the workloads take it for their Python half
+          v = opfuse::tune::verify(baseline, candidate, seed);
+        }
         return py::make_tuple(v.passed, v.float64_error, v.float32_error, v.passed ? "" : opfuse::tune::rejection(v));
       },
       py::arg("baseline"), py::arg("candidate"), py::arg("seed"),
