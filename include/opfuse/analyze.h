@@ -161,8 +161,10 @@ struct DeviceTime {
   double overlap_span_us = 0;                 // first start to last end over those lanes
 };
 
-// One per device with events, busiest first.
-std::vector<DeviceTime> device_time(const trace::Trace& trace, const trace::Model& model);
+// One per device with events, busiest first. The steps are the trace's ProfilerStep markers, or,
+// in a trace without them, the starts of the steps inferred from its ops.
+std::vector<DeviceTime> device_time(const trace::Trace& trace, const trace::Model& model,
+                                    const std::vector<double>& inferred_step_starts = {});
 
 struct Summary {
   std::string path, dialect;

@@ -30,14 +30,16 @@ void take_given_steps(Summary& s, int64_t given) {
   s.steps_from = "given";
 }
 
-// With neither markers nor a count, the steps a training loop's repeating ops show.
-void take_repeated_steps(Summary& s, const Trace& t, const Model& m) {
-  if (s.steps > 0) return;
-  const RepeatedSteps r = repeated_steps(t, m);
-  if (r.steps == 0) return;
+// With neither markers nor a count, the steps a training loop's repeating ops show; their starts
+// (for the device figures per step).
+std::vector<double> take_repeated_steps(Summary& s, const Trace& t, const Model& m) {
+  if (s.steps > 0) return {};
+  RepeatedSteps r = repeated_steps(t, m);
+  if (r.steps == 0) return {};
   s.steps = r.steps;
   s.step_us = r.step_us;
   s.steps_from = "repeated pattern";
+  return std::move(r.starts);
 }
 
 Summary summarise(const Trace& t, const Model& m, const std::string& path, Backend backend, int64_t given_steps) {
@@ -64,10 +66,10 @@ Summary summarise(const Trace& t, const Model& m, const std::string& path, Backe
   s.step_us = median(steps);
   if (s.steps > 0) s.steps_from = "ProfilerStep";
   take_given_steps(s, given_steps);
-  take_repeated_steps(s, t, m);
+  const std::vector<double> inferred_starts = take_repeated_steps(s, t, m);
   s.has_device = !m.device_lanes.empty();
   s.rank = t.rank;
-  s.devices = device_time(t, m);
+  s.devices = device_time(t, m, inferred_starts);
   return s;
 }
 

@@ -78,12 +78,14 @@ struct StepFilter {
   double last_start = 0;
   int64_t steps = 0;  // steps in the window
 
-  StepFilter(const Trace& t, const Model& m) {
-    steps = static_cast<int64_t>(m.steps.size());
+  StepFilter(const Trace& t, const Model& m, std::vector<double> starts) {
+    if (starts.empty())
+      for (int32_t s : m.steps) starts.push_back(t.events[s].ts);  // in time order
+    steps = static_cast<int64_t>(starts.size());
     if (steps < 2) return;
     active = true;
-    last_start = t.events[m.steps.back()].ts;  // steps are in time order
-    steps = std::count_if(m.steps.begin(), m.steps.end(), [&](int32_t s) { return t.events[s].ts < last_start; });
+    last_start = starts.back();
+    steps = std::count_if(starts.begin(), starts.end(), [&](double s) { return s < last_start; });
   }
 
   // A device event with a correlation id is launched by the runtime call with that id (absent:
@@ -200,10 +202,10 @@ void add_overlap_analysis(const Trace& t, const Model& m, DeviceTime& d) {
 
 }  // namespace
 
-std::vector<DeviceTime> device_time(const Trace& t, const Model& m) {
+std::vector<DeviceTime> device_time(const Trace& t, const Model& m, const std::vector<double>& inferred_step_starts) {
   if (m.device_lanes.empty()) return {};  // a CPU trace: not even a pass over its strings
   const WorkOf work_of(t);
-  const StepFilter filter(t, m);
+  const StepFilter filter(t, m, inferred_step_starts);
   std::map<int64_t, std::vector<size_t>> lanes_by_pid;  // a device's streams are lanes of one pid
   for (size_t l = 0; l < m.device_lanes.size(); ++l) lanes_by_pid[t.events[m.device_lanes[l][0]].pid].push_back(l);
   std::vector<DeviceTime> out;

@@ -56,13 +56,14 @@ RepeatedSteps exact_repeats(const Trace& t, const Model& m) {
   const size_t p = smallest_period(names), k = names.size() / p;
   if (p < 2 || k < 2) return {};
   if (!std::any_of(names.begin(), names.begin() + p, [&](uint32_t n) { return is_training_name(t.strings[n]); })) return {};
-  std::vector<double> spans;  // first op of a repeat to the first of the next (the last: to its last op's end)
+  std::vector<double> spans, starts;  // first op of a repeat to the first of the next (the last: to its last op's end)
   for (size_t j = 0; j < k; ++j) {
     const size_t next = (j + 1) * p;
     const double end = next < names.size() ? t.events[(*main)[next]].ts : end_of(t, main->back());
-    spans.push_back(end - t.events[(*main)[j * p]].ts);
+    starts.push_back(t.events[(*main)[j * p]].ts);
+    spans.push_back(end - starts.back());
   }
-  return {static_cast<int64_t>(k), median(spans)};
+  return {static_cast<int64_t>(k), median(spans), starts};
 }
 
 // The share of ops two steps have in common, as multisets of names (both sorted).
@@ -107,10 +108,16 @@ RepeatedSteps optimizer_steps(const Trace& t, const Model& m) {
   const bool first_whole = shared(step(0, ends[0]), typical) >= kNearlyShared;
   const int64_t count = static_cast<int64_t>(steps.size()) + (first_whole ? 1 : 0);
   if (count < 2) return {};
-  std::vector<double> spans;  // the end of one optimizer step to the next's (the first: from the first op)
-  if (first_whole) spans.push_back(end_of(t, (*thread)[ends[0]]) - t.events[thread->front()].ts);
-  for (size_t j = 1; j < ends.size(); ++j) spans.push_back(end_of(t, (*thread)[ends[j]]) - end_of(t, (*thread)[ends[j - 1]]));
-  return {count, median(spans)};
+  std::vector<double> spans, starts;  // the end of one optimizer step to the next's (the first: from the first op)
+  if (first_whole) {
+    spans.push_back(end_of(t, (*thread)[ends[0]]) - t.events[thread->front()].ts);
+    starts.push_back(t.events[thread->front()].ts);
+  }
+  for (size_t j = 1; j < ends.size(); ++j) {
+    spans.push_back(end_of(t, (*thread)[ends[j]]) - end_of(t, (*thread)[ends[j - 1]]));
+    starts.push_back(t.events[(*thread)[ends[j - 1] + 1]].ts);  // a step holds more than its optimizer step
+  }
+  return {count, median(spans), starts};
 }
 
 }  // namespace

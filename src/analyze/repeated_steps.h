@@ -1,6 +1,8 @@
 // Steps inferred from a trace without ProfilerStep markers (repeated_steps.cpp).
 #pragma once
 
+#include <vector>
+
 #include "opfuse/trace.h"
 
 namespace opfuse::analyze {
@@ -8,6 +10,7 @@ namespace opfuse::analyze {
 struct RepeatedSteps {
   int64_t steps = 0;   // 0 when the ops do not clearly repeat
   double step_us = 0;  // median time from one step's start to the next one's
+  std::vector<double> starts;  // each step's first op's start, in time order
 };
 
 // A training loop profiled without a schedule repeats the same top-level ops once per step:

@@ -107,6 +107,32 @@ TEST(DeviceTime, OneStepIsTakenWhole) {
   EXPECT_DOUBLE_EQ(devices[0].busy_us, 10);
 }
 
+// No markers: three steps of `aten::mul` (launching a 30 µs kernel) and an optimizer step, 100 µs
+// apart, inferred from the repeating ops; HTA's filter then applies at the inferred steps' starts,
+// and the figures are per step of the two before the last.
+TEST(DeviceTime, InferredStepsFilterLikeMarkers) {
+  std::string events;
+  for (int j = 0; j < 3; ++j) {
+    const double base = 100.0 * j;
+    if (j > 0) events += ",";
+    events += slice("cpu_op", "aten::mul", base, 20, "1", "1") + "," +
+              slice("cuda_runtime", "cudaLaunchKernel", base + 5, 5, "1", "1", j + 1) + "," +
+              slice("cpu_op", "Optimizer.step#SGD.step", base + 50, 10, "1", "1") + "," +
+              slice("kernel", "k", base + 10, 30, "0", "7", j + 1);
+  }
+  const trace::Trace t = trace::parse_trace("[" + events + "]", "t.json");
+  const Summary s = analyze(t, "t.json", {}, Options{}).trace;
+  EXPECT_EQ(s.steps_from, "repeated pattern");
+  EXPECT_EQ(s.steps, 3);
+  ASSERT_EQ(s.devices.size(), 1u);
+  const DeviceTime& d = s.devices[0];
+  EXPECT_EQ(d.steps, 2);
+  EXPECT_EQ(d.events, 2);
+  EXPECT_EQ(d.left_out, 1);  // launched at 205, after the last step began
+  EXPECT_DOUBLE_EQ(d.window_us, 130);  // 10 .. 140
+  EXPECT_DOUBLE_EQ(d.busy_us, 60);
+}
+
 // A launch call that runs 5 µs past its op is left out of the op tree, but still launched the
 // kernel: HTA joins on the correlation id alone.
 TEST(DeviceTime, ALaunchOverhangingItsOpStillCounts) {
