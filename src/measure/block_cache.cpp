@@ -37,7 +37,7 @@ class BlockCache final : public c10::Allocator {
   // raw_allocate/raw_deallocate (oneDNN's scratch buffers) free by pointer alone, so one deleter
   // must take a block of either size.
   c10::DeleterFnPtr raw_deleter() const override {
-    return small_->raw_deleter() ? &release : nullptr;
+    return small_->raw_deleter() ? &give_back : nullptr;
   }
 
   struct State {
@@ -70,18 +70,16 @@ class BlockCache final : public c10::Allocator {
       return block;
     }
 
-    bool owns(void* block) {
-      std::lock_guard<std::mutex> lock(mutex);
-      return sizes.count(block) != 0;
-    }
-
-    // The block's size; kept for reuse while the cache holds less than its limit.
+    // The block's size, 0 for one the cache did not hand out; kept for reuse while the cache
+    // holds less than its limit.
     size_t put(void* block) {
       std::lock_guard<std::mutex> lock(mutex);
-      const size_t bytes = sizes.at(block);
+      const auto it = sizes.find(block);
+      if (it == sizes.end()) return 0;
+      const size_t bytes = it->second;
       live_bytes -= bytes;
       if (idle_bytes + bytes > limit) {
-        sizes.erase(block);
+        sizes.erase(it);
         std::free(block);
       } else {
         idle.emplace(bytes, block);
@@ -97,7 +95,6 @@ class BlockCache final : public c10::Allocator {
   }
 
  private:
-
   // What the default allocator tells a memory profiler (bench-op's peak, torch's profiler).
   static void report(void* block, int64_t bytes) {
     if (!c10::memoryProfilingEnabled()) return;
@@ -106,11 +103,11 @@ class BlockCache final : public c10::Allocator {
                                      c10::Device(c10::DeviceType::CPU));
   }
 
-  static void give_back(void* block) { report(block, -static_cast<int64_t>(state().put(block))); }
-
-  static void release(void* block) {
-    if (state().owns(block)) return give_back(block);
-    state().small_free(block);
+  // A block from allocate() or, through raw_deleter, from either allocator.
+  static void give_back(void* block) {
+    const size_t bytes = state().put(block);
+    if (bytes == 0) return state().small_free(block);
+    report(block, -static_cast<int64_t>(bytes));
   }
 
   c10::Allocator* small_;

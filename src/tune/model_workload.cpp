@@ -33,21 +33,26 @@ at::ScalarType dtype_of(const std::string& name) {
 
 bool is_integer(const std::string& dtype) { return dtype == "int64" || dtype == "int32"; }
 
+// The whole of `text` as an integer ≥ 1, or 0.
+int64_t positive_integer(const std::string& text) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    return 0;
+  }
+  return used == text.size() && v >= 1 ? v : 0;
+}
+
 std::vector<int64_t> parse_shape(const std::string& text) {
   std::vector<int64_t> shape;
   size_t at = 0;
   while (at <= text.size()) {
     const size_t comma = std::min(text.find(',', at), text.size());
     const std::string dim = text.substr(at, comma - at);
-    size_t used = 0;
-    int64_t d = 0;
-    try {
-      d = std::stoll(dim, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (dim.empty() || used != dim.size() || d < 1)
-      throw std::invalid_argument(fmt::format("'{}' is not a positive dimension", dim));
+    const int64_t d = positive_integer(dim);
+    if (d == 0) throw std::invalid_argument(fmt::format("'{}' is not a positive dimension", dim));
     shape.push_back(d);
     at = comma + 1;
   }
@@ -68,14 +73,9 @@ InputSpec parse_input_spec(const std::string& text) {
     dtype_of(spec.dtype);  // throws for an unknown one
     if (second != std::string::npos) {
       if (!is_integer(spec.dtype)) throw std::invalid_argument(fmt::format("a {} input takes no bound", spec.dtype));
-      size_t used = 0;
       const std::string high = rest.substr(second + 1);
-      try {
-        spec.high = std::stoll(high, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (high.empty() || used != high.size() || spec.high < 1)
+      spec.high = positive_integer(high);
+      if (spec.high == 0)
         throw std::invalid_argument(fmt::format("the bound '{}' is not a positive integer", high));
     } else if (is_integer(spec.dtype)) {
       throw std::invalid_argument(fmt::format("an {} input needs its values' bound, e.g. {}:{}:32000 for token ids",
