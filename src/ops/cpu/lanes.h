@@ -7,7 +7,7 @@
 // rounded once, the same bits on every path), load_pairs/store_pairs (2·kLanes interleaved
 // elements as their even and odd elements), the horizontal hmax and hsumf of one F, and D: double
 // accumulators for one F (sums of many elements are kept in double, so a per-channel sum over
-// 10^5 elements loses nothing to float rounding).
+// 10^5 elements loses nothing to float rounding): add (s += v), accumulate, hsum.
 // A loop written against this interface must be compiled for its target: see
 // batch_norm_silu_loops.h, which is included once per path under `#pragma GCC target`.
 #pragma once
@@ -42,6 +42,7 @@ struct Lanes1 {
   static A hmax(F v) { return v; }
   static A hsumf(F v) { return v; }
   static D dzero() { return 0; }
+  static void add(D& s, F v) { s += double(v); }
   // s1 += a, s2 += a·b
   static void accumulate(D& s1, D& s2, F a, F b) {
     s1 += double(a);
@@ -96,6 +97,10 @@ struct Lanes8 {
   OPFUSE_AVX2 static D dzero() { return {_mm256_setzero_pd(), _mm256_setzero_pd()}; }
   OPFUSE_AVX2 static D widen(F v) {
     return {_mm256_cvtps_pd(_mm256_castps256_ps128(v)), _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))};
+  }
+  OPFUSE_AVX2 static void add(D& s, F v) {
+    const D w = widen(v);
+    s = {s.lo + w.lo, s.hi + w.hi};
   }
   OPFUSE_AVX2 static void accumulate(D& s1, D& s2, F a, F b) {
     const D wa = widen(a), wb = widen(b);
@@ -165,6 +170,10 @@ struct Lanes16 {
   OPFUSE_AVX512 static D widen(F v) {
     return {_mm512_cvtps_pd(_mm512_castps512_ps256(v)),
             _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))};
+  }
+  OPFUSE_AVX512 static void add(D& s, F v) {
+    const D w = widen(v);
+    s = {s.lo + w.lo, s.hi + w.hi};
   }
   OPFUSE_AVX512 static void accumulate(D& s1, D& s2, F a, F b) {
     const D wa = widen(a), wb = widen(b);

@@ -20,3 +20,13 @@ void store_part(T* p, int64_t m, typename V::F v) {
   for (int64_t j = 0; j < m; ++j) p[j] = buf[j];
 }
 
+
+// body(j, m) for the vectors of a run of d elements: the whole ones with m = kLanes, a constant,
+// so that inlined into the body load_part and store_part are plain loads and stores without a
+// test; then the partial one, if any.
+template <typename V, typename Body>
+__attribute__((always_inline)) inline void for_each_vector(int64_t d, const Body& body) {
+  int64_t j = 0;
+  for (; j + V::kLanes <= d; j += V::kLanes) body(j, int64_t{V::kLanes});
+  if (j < d) body(j, d - j);
+}

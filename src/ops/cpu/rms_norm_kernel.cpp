@@ -3,7 +3,8 @@
 //   forward   rstd = 1 / sqrt(Σx² / d + eps)           y = x · rstd · w
 //   backward  c = Σ (dy·w)·x                            dx = dy·w·rstd − x·rstd³·c/d
 //             dw = Σ_rows dy · x · rstd                (partials per 16 rows, then double)
-// Sums are double; bfloat16 rows are computed in float and rounded once, on the store.
+// Row sums are fma partials of 4 vectors added in double (row_dot); bfloat16 rows are computed
+// in float and rounded once, on the store.
 // add_rms_norm runs the same loops on h = x + residual, written (rounded) just before its row is
 // normalized, and adds h's own gradient into dx in the same pass.
 #include <ATen/Dispatch.h>

@@ -3,60 +3,83 @@
 
 #include "ops/cpu/partial_vectors.h"
 
-// Σ x² over a row, in double.
+// Σ a·b over a row, where pair(j, m, a, b) loads the vectors of elements j … j + m (m < kLanes:
+// the last, its missing lanes 0). Products are summed with fma in the accumulation type over
+// kPartial vectors, then each partial is added in double: a partial of n fmas is within
+// n·2^-24 of Σ|a·b| over its terms, so the row's sum is within kPartial·2^-24 of Σ|a·b| before
+// its own (double) rounding — a sum of squares within 2.4e-7 of itself. Two partials are
+// formed side by side, so neither the fmas' nor the adds' latency bounds the loop.
+constexpr int64_t kPartial = 4;
+
+template <typename V, typename Pair>
+__attribute__((always_inline)) inline double row_dot(int64_t d, const Pair& pair) {
+  using F = typename V::F;
+  constexpr int64_t kStep = 2 * kPartial * V::kLanes;
+  typename V::D s0 = V::dzero(), s1 = V::dzero();
+  int64_t j = 0;
+  for (; j + kStep <= d; j += kStep) {
+    F p0 = V::set1(0), p1 = V::set1(0), a, b;
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < kPartial; ++k) {
+      pair(j + 2 * k * V::kLanes, V::kLanes, a, b);
+      p0 = V::fmadd(a, b, p0);
+      pair(j + (2 * k + 1) * V::kLanes, V::kLanes, a, b);
+      p1 = V::fmadd(a, b, p1);
+    }
+    V::add(s0, p0);
+    V::add(s1, p1);
+  }
+  for (; j < d; j += V::kLanes) {  // the rest, a vector at a time
+    F a, b;
+    pair(j, std::min<int64_t>(V::kLanes, d - j), a, b);
+    V::add(s0, a * b);
+  }
+  return V::hsum(s0) + V::hsum(s1);
+}
+
+// Σ x² over a row.
 template <typename V, typename T>
 double sum_of_squares(const T* x, int64_t d) {
-  typename V::D s1 = V::dzero(), s2 = V::dzero();
-  for (int64_t j = 0; j < d; j += V::kLanes) {
-    const int64_t m = std::min<int64_t>(V::kLanes, d - j);
-    const typename V::F v = load_part<V>(x + j, m, 0);
-    V::accumulate(s1, s2, v, v);
-  }
-  return V::hsum(s2);
+  return row_dot<V>(d, [&](int64_t j, int64_t m, typename V::F& a, typename V::F& b) { a = b = load_part<V>(x + j, m, 0); });
 }
 
 // h = x + residual, rounded to T as ATen's add rounds it (the norm then reads the rounded h).
 template <typename V, typename T>
 void add_row(const T* x, const T* residual, int64_t d, T* h) {
-  for (int64_t j = 0; j < d; j += V::kLanes) {
-    const int64_t m = std::min<int64_t>(V::kLanes, d - j);
+  for_each_vector<V>(d, [&](int64_t j, int64_t m) {
     store_part<V>(h + j, m, load_part<V>(x + j, m, 0) + load_part<V>(residual + j, m, 0));
-  }
+  });
 }
 
 // y = x · rstd · w
 template <typename V, typename T>
 void normalize_row(const T* x, const T* w, typename V::A rstd, int64_t d, T* y) {
   const typename V::F r = V::set1(rstd);
-  for (int64_t j = 0; j < d; j += V::kLanes) {
-    const int64_t m = std::min<int64_t>(V::kLanes, d - j);
+  for_each_vector<V>(d, [&](int64_t j, int64_t m) {
     store_part<V>(y + j, m, load_part<V>(x + j, m, 0) * r * load_part<V>(w + j, m, 0));
-  }
+  });
 }
 
 // With g = dy · w and c = Σ g·x:  dx = g · rstd − x · rstd³ · c / d (+ dh, the gradient x
-// receives besides, when add_rms_norm's h has one), and into the row block's partial dw (padded
-// to whole vectors): dy · x · rstd.
-template <typename V, typename T>
+// receives besides, when add_rms_norm's h has one: kDh), and into the row block's partial dw
+// (padded to whole vectors): dy · x · rstd.
+template <typename V, bool kDh, typename T>
 void backward_row(const T* dy, const T* x, const T* w, typename V::A rstd, int64_t d, const T* dh, T* dx,
                   typename V::A* dw_part) {
   using F = typename V::F;
   using A = typename V::A;
-  typename V::D s1 = V::dzero(), s2 = V::dzero();
-  for (int64_t j = 0; j < d; j += V::kLanes) {
-    const int64_t m = std::min<int64_t>(V::kLanes, d - j);
-    V::accumulate(s1, s2, load_part<V>(dy + j, m, 0) * load_part<V>(w + j, m, 0), load_part<V>(x + j, m, 0));
-  }
-  const A k = A(double(rstd) * rstd * rstd * V::hsum(s2) / d);
-  const F r = V::set1(rstd), kv = V::set1(k);
-  for (int64_t j = 0; j < d; j += V::kLanes) {
-    const int64_t m = std::min<int64_t>(V::kLanes, d - j);
+  const double c = row_dot<V>(d, [&](int64_t j, int64_t m, F& a, F& b) {
+    a = load_part<V>(dy + j, m, 0) * load_part<V>(w + j, m, 0);  // g, rounded once as in dx
+    b = load_part<V>(x + j, m, 0);
+  });
+  const F r = V::set1(rstd), kv = V::set1(A(double(rstd) * rstd * rstd * c / d));
+  for_each_vector<V>(d, [&](int64_t j, int64_t m) {
     const F g = load_part<V>(dy + j, m, 0), xv = load_part<V>(x + j, m, 0);
     F dxv = g * load_part<V>(w + j, m, 0) * r - xv * kv;
-    if (dh != nullptr) dxv = dxv + load_part<V>(dh + j, m, 0);  // rounded once, with the rest
+    if constexpr (kDh) dxv = dxv + load_part<V>(dh + j, m, 0);  // rounded once, with the rest
     store_part<V>(dx + j, m, dxv);
     V::store(dw_part + j, V::load(dw_part + j) + g * (xv * r));  // missing lanes add 0
-  }
+  });
 }
 
 // Rows are cut into blocks of about kBlockElements elements; each block is one task and keeps
@@ -95,9 +118,12 @@ void backward_all(const T* dy, const T* x, const T* w, const typename V::A* rstd
   std::vector<A> parts(blocks * dp, A(0));
   at::parallel_for(0, blocks, grain_for(per_block * d), [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b)
-      for (int64_t r = b * per_block; r < std::min(rows, (b + 1) * per_block); ++r)
-        backward_row<V>(dy + r * d, x + r * d, w, rstd[r], d, dh == nullptr ? nullptr : dh + r * d, dx + r * d,
-                        &parts[b * dp]);
+      for (int64_t r = b * per_block; r < std::min(rows, (b + 1) * per_block); ++r) {
+        T* dxr = dx + r * d;
+        A* part = &parts[b * dp];
+        if (dh == nullptr) backward_row<V, false>(dy + r * d, x + r * d, w, rstd[r], d, dh, dxr, part);
+        else backward_row<V, true>(dy + r * d, x + r * d, w, rstd[r], d, dh + r * d, dxr, part);
+      }
   });
   std::fill(dw, dw + d, 0.0);
   for (int64_t b = 0; b < blocks; ++b)

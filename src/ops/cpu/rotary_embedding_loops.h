@@ -62,8 +62,7 @@ __attribute__((always_inline)) inline void rotate(const typename V::A* cos, cons
 // One row of d = 2P elements: rotate-half pairs (x[i], x[P + i]) or interleaved (x[2i], x[2i + 1]).
 template <typename V, typename T, bool kPerPair, bool kInterleaved, bool kTransposed>
 void rotate_row(const T* x, const typename V::A* cos, const typename V::A* sin, int64_t P, T* y) {
-  for (int64_t i = 0; i < P; i += V::kLanes) {
-    const int64_t m = std::min<int64_t>(V::kLanes, P - i);
+  for_each_vector<V>(P, [&](int64_t i, int64_t m) {
     typename V::F xa, xb;
     if constexpr (kInterleaved) {
       load_pairs_part<V>(x + 2 * i, m, xa, xb);
@@ -77,7 +76,7 @@ void rotate_row(const T* x, const typename V::A* cos, const typename V::A* sin, 
       store_part<V>(y + i, m, xa);
       store_part<V>(y + P + i, m, xb);
     }
-  }
+  });
 }
 
 // Rows in parallel, each taking its table row of cos and sin (TableRows); every element is

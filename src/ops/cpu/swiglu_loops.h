@@ -8,11 +8,10 @@
 // y = g · s · u,  s = sigmoid(g)
 template <typename V, typename T>
 void forward_row(const T* g, const T* u, int64_t d, T* y) {
-  for (int64_t j = 0; j < d; j += V::kLanes) {
-    const int64_t m = std::min<int64_t>(V::kLanes, d - j);
+  for_each_vector<V>(d, [&](int64_t j, int64_t m) {
     const typename V::F gv = load_part<V>(g + j, m, 0);
     store_part<V>(y + j, m, gv * V::sigmoid(gv) * load_part<V>(u + j, m, 0));
-  }
+  });
 }
 
 // dg = dy · u · s · (1 + g · (1 − s)),  du = dy · g · s
@@ -20,12 +19,11 @@ template <typename V, typename T>
 void backward_row(const T* dy, const T* g, const T* u, int64_t d, T* dg, T* du) {
   using F = typename V::F;
   const F one = V::set1(1);
-  for (int64_t j = 0; j < d; j += V::kLanes) {
-    const int64_t m = std::min<int64_t>(V::kLanes, d - j);
+  for_each_vector<V>(d, [&](int64_t j, int64_t m) {
     const F gv = load_part<V>(g + j, m, 0), s = V::sigmoid(gv), dyv = load_part<V>(dy + j, m, 0);
     store_part<V>(dg + j, m, dyv * load_part<V>(u + j, m, 0) * (s * (one + gv * (one - s))));
     store_part<V>(du + j, m, dyv * gv * s);
-  }
+  });
 }
 
 // Rows (or, for long rows, pieces of kPiece elements) in parallel; every element is computed
