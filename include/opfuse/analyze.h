@@ -73,9 +73,16 @@ struct GraphRewrite {
 // chain is one of the rule's patterns becomes `module` (a class in opfuse.nn built from the one it
 // replaces, keeping its parameters and buffers); chains written inside a forward are rewritten
 // with torch.fx, each pair a Python expression over placeholders and its replacement.
+// An fx pair: Python expressions. `outputs` names values of the pattern (bound with `h := …`) that
+// may be used outside it; the replacement then returns (the pattern's value, those values).
+struct FxRewrite {
+  std::string pattern, replacement;
+  std::vector<std::string> outputs;
+};
+
 struct PythonRewrite {
   std::string module;
-  std::vector<GraphRewrite> fx;
+  std::vector<FxRewrite> fx;
   std::string optimizer;  // a class of opfuse.optim that takes the place of torch.optim's of that name
 };
 

@@ -301,8 +301,9 @@ def patch(model, inputs, loss_fn=None, rules=None):
         if candidate.apply(rule) == 0:
             continue
         if _C.verify(reference, candidate, _VERIFY_SEED)[0]:
-            places = original.apply(rule)
-            done.append((rule.name, places))
+            places = original.apply(rule)  # 0 where an earlier rule took every place (add_rms_norm's norms)
+            if places:
+                done.append((rule.name, places))
     return done
 
 

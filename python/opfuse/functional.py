@@ -83,6 +83,16 @@ def add_rms_norm(x, residual, weight, eps):
     return rms_norm_composite(h, weight, eps), h
 
 
+def add_rms_norm_chain(x, residual, norm):
+    """(norm(x + residual), x + residual) for an opfuse.nn.RMSNorm `norm`, as add_rms_norm: the
+    fx rewrite of a residual add whose sum goes into an RMSNorm module and on to the next add. A
+    norm that computes in float32 keeps its own composite for float64 x, as the module does."""
+    if getattr(norm, "in_float", False) and x.dtype == torch.float64:
+        h = x + residual
+        return norm(h), h
+    return add_rms_norm(x, residual, norm.weight, norm.eps)
+
+
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
 

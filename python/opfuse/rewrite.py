@@ -330,12 +330,28 @@ def _is_silu_module(module, rules, calls, path):
     return silu is not None and computes(silu, path, module, calls)
 
 
+def _fused_rms_norm(module, rules, calls, path):
+    """The module as an opfuse.nn.RMSNorm (itself, or built from it when it computes the rms_norm
+    rule's chain and has a weight and an eps), or None."""
+    if isinstance(module, opfuse_nn.RMSNorm):
+        return module
+    rms_norm = next((r for r in rules if r.name == "rms_norm"), None)
+    if rms_norm is None or not computes(rms_norm, path, module, calls):
+        return None
+    return opfuse_nn.RMSNorm.from_module(module, calls[path].ops)
+
+
 # Submodule kinds a pattern may name: a call of a submodule of that kind.
 MODULE_KINDS = {
     "batch_norm": lambda module, rules, calls, path: isinstance(module, torch.nn.modules.batchnorm._BatchNorm),
     "silu_module": _is_silu_module,
     "dropout_module": lambda module, rules, calls, path: isinstance(module, torch.nn.Dropout),
+    "rms_norm_module": lambda module, rules, calls, path: _fused_rms_norm(module, rules, calls, path) is not None,
 }
+
+# Kinds whose submodule the replacement takes in its fused form: it is put in place of the user's
+# before the replacement is built (the replacement reads its weight and eps).
+FUSED_FORM = {"rms_norm_module": _fused_rms_norm}
 
 COMMUTATIVE = {"mul", "add"}
 ALIASES = {"truediv": "div", "__mul__": "mul", "__add__": "add", "__truediv__": "div"}
@@ -362,28 +378,47 @@ def _kind_call(kind):
 
 
 class FxPattern:
-    """One {pattern, replacement} pair of a rule, compiled: the pattern as a small fx graph."""
+    """One {pattern, replacement} pair of a rule, compiled: the pattern as a small fx graph.
 
-    def __init__(self, pattern, replacement):
+    `outputs` names values of the pattern (bound with `h := expr`) that the forward may use
+    elsewhere too, as add_rms_norm's sum h = x + r is the block's residual: the replacement then
+    returns a tuple, the pattern's value first and these after it, in order."""
+
+    def __init__(self, pattern, replacement, outputs=()):
         self.source, self.replacement = pattern, replacement
         namespace = self._namespace()
         tree = ast.parse(pattern, mode="eval")
         # `u := expr` names a value the pattern uses more than once (the pairs of x.unbind(-1)):
         # one node of the pattern's graph, so it must match one node of the forward's.
         named = {node.target.id for node in ast.walk(tree) if isinstance(node, ast.NamedExpr)}
+        missing = [n for n in outputs if n not in named]
+        if missing:
+            raise ValueError(f"fx pattern {pattern!r}: output {missing[0]!r} is not named in it with :=")
+        nodes_named = {}
+        for node in ast.walk(tree):  # (h := expr) becomes (h := _named("h", expr)), to find h's node
+            if isinstance(node, ast.NamedExpr) and node.target.id in outputs:
+                node.value = ast.Call(ast.Name("_named", ast.Load()), [ast.Constant(node.target.id), node.value], [])
+        ast.fix_missing_locations(tree)
         names = []
         for node in ast.walk(tree):
             if (isinstance(node, ast.Name) and node.id not in namespace and node.id not in names
                     and node.id not in named and not hasattr(builtins, node.id)):
                 names.append(node.id)
         self.placeholders = names
-        fn = eval(f"lambda {', '.join(names)}: {pattern}", dict(namespace, **{k: _kind_call(k) for k in MODULE_KINDS}))
+
+        def record(name, value):
+            nodes_named[name] = value.node
+            return value
+
+        scope = dict(namespace, _named=record, **{k: _kind_call(k) for k in MODULE_KINDS})
+        fn = eval(f"lambda {', '.join(names)}: {ast.unparse(tree)}", scope)
         self.graph = _PatternTracer().trace(fn)
         self.output = next(n for n in self.graph.nodes if n.op == "output").args[0]
+        self.outputs = [nodes_named[n] for n in outputs]
 
     @staticmethod
     def _namespace():
-        return {"torch": torch, "F": F, "opfuse": functional, **{k: None for k in MODULE_KINDS}}
+        return {"torch": torch, "F": F, "opfuse": functional, "_named": None, **{k: None for k in MODULE_KINDS}}
 
     # Matching: the pattern's output node anchored on a graph node, arguments matched backwards.
     # A placeholder binds a value node, or a number or shape the forward computed while it was
@@ -438,15 +473,19 @@ class FxPattern:
             yield from self._match_args(rest, env, ctx)
 
     def find(self, graph, ctx):
-        """The first match in the graph whose inner values are used nowhere else, or None."""
+        """The first match in the graph whose inner values are used nowhere else (an output only
+        after the anchor, where the replacement's value is ready), or None."""
+        order = {n: i for i, n in enumerate(graph.nodes)}
         for anchor in graph.nodes:
             for env in self._match(self.output, anchor, {}, ctx):
                 inner = [t for p, t in env.items() if p.op != "placeholder"]
-                if all(set(t.users) <= set(inner) for t in inner if t is not anchor):
+                escaping = {env[p] for p in self.outputs}
+                if all(t in escaping and all(order[u] > order[anchor] for u in set(t.users) - set(inner))
+                       or set(t.users) <= set(inner) for t in inner if t is not anchor):
                     return anchor, env
         return None
 
-    def replace(self, graph, anchor, env):
+    def replace(self, graph, anchor, env, ctx):
         tracer = GraphAppendingTracer(graph)
         scope = {"torch": torch, "F": F, "opfuse": _LeafCalls(tracer)}
         for p, t in env.items():
@@ -455,9 +494,13 @@ class FxPattern:
         with graph.inserting_before(anchor):
             for p, t in env.items():
                 if p.op == "call_module":
+                    ctx.use_fused_form(p.target, t.target)
                     scope[p.target] = Proxy(graph.get_attr(t.target), tracer)
             result = eval(self.replacement, scope)
-        anchor.replace_all_uses_with(result.node)
+            values = [result[i] for i in range(1 + len(self.outputs))] if self.outputs else [result]
+        anchor.replace_all_uses_with(values[0].node)
+        for p, value in zip(self.outputs, values[1:]):
+            env[p].replace_all_uses_with(value.node)
         order = {n: i for i, n in enumerate(graph.nodes)}
         for t in sorted((t for p, t in env.items() if p.op != "placeholder"), key=order.get, reverse=True):
             graph.erase_node(t)
@@ -466,7 +509,7 @@ class FxPattern:
         """Replaces every match; returns how many."""
         count = 0
         while (found := self.find(graph, ctx)) is not None:
-            self.replace(graph, *found)
+            self.replace(graph, *found, ctx)
             count += 1
         if count:
             graph.lint()
@@ -500,16 +543,22 @@ class _MatchContext:
     def __init__(self, root, root_path, rules, calls):
         self.root, self.root_path, self.rules, self.calls = root, root_path, rules, calls
 
+    def _path(self, target):
+        return f"{self.root_path}.{target}" if self.root_path else target
+
     def is_kind(self, kind, target):
-        module = self.root.get_submodule(target)
-        path = f"{self.root_path}.{target}" if self.root_path else target
-        return MODULE_KINDS[kind](module, self.rules, self.calls, path)
+        return MODULE_KINDS[kind](self.root.get_submodule(target), self.rules, self.calls, self._path(target))
+
+    def use_fused_form(self, kind, target):
+        if kind in FUSED_FORM:
+            fused = FUSED_FORM[kind](self.root.get_submodule(target), self.rules, self.calls, self._path(target))
+            set_submodule(self.root, target, fused)
 
 
 def rewrite_forwards(model, rule, rules, calls, not_traced):
     """Applies the rule's fx pairs to every user module's forward; returns how many chains were
     replaced. Modules that do not trace go into not_traced {path: reason}."""
-    patterns = [FxPattern(p.pattern, p.replacement) for p in rule.python_fx]
+    patterns = [FxPattern(p.pattern, p.replacement, p.outputs) for p in rule.python_fx]
     replaced = 0
     for path, module in list(model.named_modules()):
         call = calls.get(path)

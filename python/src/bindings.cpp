@@ -245,6 +245,10 @@ PYBIND11_MODULE(_C, m) {
   py::class_<opfuse::analyze::GraphRewrite>(m, "GraphRewrite")
       .def_readonly("pattern", &opfuse::analyze::GraphRewrite::pattern)
       .def_readonly("replacement", &opfuse::analyze::GraphRewrite::replacement);
+  py::class_<opfuse::analyze::FxRewrite>(m, "FxRewrite")
+      .def_readonly("pattern", &opfuse::analyze::FxRewrite::pattern)
+      .def_readonly("replacement", &opfuse::analyze::FxRewrite::replacement)
+      .def_readonly("outputs", &opfuse::analyze::FxRewrite::outputs);
   py::class_<opfuse::analyze::Rule>(m, "Rule")
       .def_readonly("name", &opfuse::analyze::Rule::name)
       .def_readonly("kind", &opfuse::analyze::Rule::kind)

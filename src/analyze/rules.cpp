@@ -83,9 +83,15 @@ Rule parse_opfuse_rule(const std::string& name, const YAML::Node& n) {
     if (py["module"]) r.python.module = scalar(name, py["module"], "a python module class");
     if (py["optimizer"]) r.python.optimizer = scalar(name, py["optimizer"], "an opfuse.optim class");
     if (const YAML::Node fx = py["fx"]) {
-      if (!fx.IsSequence()) fail(name, fx, "python fx must be a list of {pattern, replacement}");
-      for (const auto& g : fx)
-        r.python.fx.push_back({scalar(name, g["pattern"], "an fx pattern"), scalar(name, g["replacement"], "an fx replacement")});
+      if (!fx.IsSequence()) fail(name, fx, "python fx must be a list of {pattern, replacement, outputs?}");
+      for (const auto& g : fx) {
+        FxRewrite f{scalar(name, g["pattern"], "an fx pattern"), scalar(name, g["replacement"], "an fx replacement"), {}};
+        if (const YAML::Node outs = g["outputs"]) {
+          if (!outs.IsSequence()) fail(name, outs, "fx outputs must be a list of names");
+          for (const auto& o : outs) f.outputs.push_back(scalar(name, o, "an fx output name"));
+        }
+        r.python.fx.push_back(f);
+      }
     }
   }
   return r;

@@ -75,6 +75,47 @@ TEST(OpSpecs, EveryOpMatchesItsCompositeInFloat64OnFreshData) {
   }
 }
 
+// bench-op's shapes, made small (--numel 1000, or the op's default where it refuses --numel).
+InputShapes small_bench_shapes(const OpSpec& spec) {
+  try {
+    return spec.bench_shapes({1000, 9, 8});
+  } catch (const std::invalid_argument&) {
+    return spec.bench_shapes({0, 9, 8});
+  }
+}
+
+// float32 and bfloat16 at bench-op's (Llama-like) shapes: the opfuse variant against the
+// composite it replaces, both in that dtype on the same inputs (a float64 reference would see
+// other inputs: bfloat16's are rounded, and a mask drawn in the dtype is drawn anew). Bound, per
+// element, of (|ref| + max|ref|): float32 1e-5, its 2^-24 grown by sums of a few hundred terms on
+// either side; bfloat16 3.2e-2, 8 of its 2^-8 roundings, as a composite rounds each of its up to
+// 8 steps to bfloat16. (The odd sample shapes are float64's: a one-column RMSNorm's gradient is
+// all cancellation, which only each op's own test, scaled by the terms, can bound in float32.)
+TEST(OpSpecs, EveryOpMatchesItsCompositeInFloat32AndBfloat16) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (const auto& [dtype, tol] : {std::pair{torch::kFloat, 1e-5}, std::pair{torch::kBFloat16, 3.2e-2}})
+    for (const OpSpec& spec : op_specs()) {
+      const InputShapes shapes = small_bench_shapes(spec);
+      const std::string what = describe(spec, shapes) + " " + c10::toString(dtype);
+      OpArgs args{shapes, dtype};
+      torch::manual_seed(seed);
+      const OpCase reference_case = spec.make(args);
+      torch::manual_seed(seed);
+      const OpCase fused_case = spec.make(args);
+      const auto expected = run(reference_case, kReference, seed + 1);
+      const auto actual = run(fused_case, kOpfuse, seed + 1);
+      ASSERT_EQ(actual.size(), expected.size()) << what;
+      for (size_t i = 0; i < actual.size(); ++i) {
+        ASSERT_EQ(actual[i].defined(), expected[i].defined()) << what << " item " << i;
+        if (!expected[i].defined()) continue;
+        const at::Tensor ref = expected[i].to(torch::kDouble);
+        const double largest = ref.numel() == 0 ? 0 : ref.abs().max().item<double>();
+        expect_close(actual[i].to(torch::kDouble), ref, tol * (ref.abs() + largest), what + " item " + std::to_string(i));
+      }
+    }
+}
+
 TEST(OpSpecs, BenchShapesMakeCasesOfTheirOwn) {
   // Names are unique (bench-op's NAME, a rule's measure:), and bench-op's sizes have a case with
   // three variants and the bytes it must move. (Made small: --numel 1000, or the op's default
@@ -83,15 +124,7 @@ TEST(OpSpecs, BenchShapesMakeCasesOfTheirOwn) {
   for (const OpSpec& spec : op_specs()) {
     EXPECT_TRUE(names.insert(spec.name).second) << spec.name << " twice";
     EXPECT_EQ(find_op_spec(spec.name), &spec);
-    BenchSize size{1000, 9, 8};
-    InputShapes shapes;
-    try {
-      shapes = spec.bench_shapes(size);
-    } catch (const std::invalid_argument&) {
-      size.numel = 0;
-      shapes = spec.bench_shapes(size);
-    }
-    const OpCase c = spec.make({shapes});
+    const OpCase c = spec.make({small_bench_shapes(spec)});
     EXPECT_EQ(c.variants.size(), 3u) << spec.name;
     EXPECT_GT(c.bytes_per_step, 0) << spec.name;
     EXPECT_FALSE(c.leaves.empty()) << spec.name;

@@ -195,8 +195,15 @@ def test_the_tuned_model_copies_and_pickles_its_state():
 def test_llama_rms_norm_and_swiglu_are_replaced_and_verified_with_module_paths(tmp_path):
     model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
     result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "llama"), **QUICK)
+    # Each block's `h = x + attention(…)` then ffn_norm(h), h on to the last add: add_rms_norm (fx).
+    add = next(r for r in result.replacements if r.rule == "add_rms_norm")
+    assert add.verified and add.kept and add.places == 2, add
+    # Alone on the model, rms_norm swaps every norm; after add_rms_norm, the ones left: each block's
+    # attention_norm (its add is in the block before, across the call) and the final norm.
     rms = next(r for r in result.replacements if r.rule == "rms_norm")
     assert rms.verified and rms.kept and rms.places == 5, rms  # 2 layers × 2 norms + the final norm
+    assert isinstance(result.model.layers[1].forward, opfuse.rewrite.FusedForward)
+    assert isinstance(result.model.layers[1].ffn_norm, opfuse.nn.RMSNorm)
     # llama2.c's feed-forward, w2(F.silu(w1(x)) * w3(x)): the fx pass finds silu(·) · (·) per layer.
     swiglu = next(r for r in result.replacements if r.rule == "swiglu")
     assert swiglu.verified and swiglu.kept and swiglu.places == 2, swiglu
@@ -216,6 +223,46 @@ def test_llama_rms_norm_and_swiglu_are_replaced_and_verified_with_module_paths(t
     finding = next(f for f in an.findings if f["rule"] == "rms_norm")
     wheres = [l["location"] for l in finding["locations"]]
     assert any(w.startswith("layers.0.") and w.endswith("_norm") for w in wheres), wheres
+
+
+class _Residual(nn.Module):
+    """A residual add into an RMSNorm, its sum used again: after the norm (`late`) or before it."""
+
+    def __init__(self, late):
+        super().__init__()
+        self.norm, self.late = llama.RMSNorm(24), late
+
+    def forward(self, x, r):
+        h = x + r
+        if self.late:
+            return self.norm(h) * 2 + h
+        early = h * 3
+        return self.norm(h) + early
+
+
+def test_add_rms_norm_fx_lets_the_sum_escape_only_to_uses_after_the_norm():
+    x, r = torch.randn(2, 5, 24), torch.randn(2, 5, 24)
+    late = _Residual(late=True)
+    reference = opfuse.rewrite.copy_model(late)
+    done = dict(opfuse.patch(late, (x, r)))
+    assert done.get("add_rms_norm") == 1 and "rms_norm" not in done, done
+    assert isinstance(late.norm, opfuse.nn.RMSNorm)
+    # float64, forward and both inputs' gradients (the sum's from both of its uses)
+    xd, rd = x.double().requires_grad_(), r.double().requires_grad_()
+    xe, re = x.double().requires_grad_(), r.double().requires_grad_()
+    (reference.double()(xd, rd) ** 2).sum().backward()
+    (late.double()(xe, re) ** 2).sum().backward()
+    assert torch.allclose(xd.grad, xe.grad, rtol=1e-12, atol=1e-12)
+    assert torch.allclose(rd.grad, re.grad, rtol=1e-12, atol=1e-12)
+    # A use of h before the norm would read a value not yet computed there: not rewritten.
+    early = _Residual(late=False)
+    done = dict(opfuse.patch(early, (x, r)))
+    assert "add_rms_norm" not in done and done.get("rms_norm") == 1, done
+
+
+def test_an_fx_output_must_be_named_in_its_pattern():
+    with pytest.raises(ValueError, match="output 'h' is not named"):
+        opfuse.rewrite.FxPattern("rms_norm_module(x + r)", "opfuse.add_rms_norm_chain(x, r, rms_norm_module)", ["h"])
 
 
 def adamw_by_dim(params):
