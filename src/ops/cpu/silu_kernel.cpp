@@ -4,64 +4,54 @@
 //             exp per element but saves storing s, so backward reads x and dy only)
 // SiLU is β = 1, where multiplying by β is exact: silu and swish(β=1) agree bit for bit.
 #include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/native/TensorIterator.h>
 
-#include "ops/cpu/elementwise.h"
+#include <algorithm>
+
+#include "ops/cpu/capability.h"
+#include "ops/cpu/grain.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/lanes.h"
+#include "ops/cpu/paths.h"
 
 namespace opfuse::cpu {
 namespace {
 
-// beta is kept in both precisions so the 8-lane loop does not convert it per vector.
-struct SwishForward {
-  double beta;
-  float beta_f = float(beta);
-  template <typename A>
-  A scalar(A x) const {
-    return x * sigmoid(A(beta) * x);
-  }
-  OPFUSE_AVX2 __m256 vec(__m256 x) const {
-    const __m256 b = _mm256_set1_ps(beta_f);
-    return x * sigmoid8(b * x);
-  }
-  OPFUSE_AVX512 __m512 vec(__m512 x) const {
-    const __m512 b = _mm512_set1_ps(beta_f);
-    return x * sigmoid16(b * x);
-  }
-};
+#define OPFUSE_LOOPS "ops/cpu/silu_loops.h"
+#include "ops/cpu/per_path.h"
 
-struct SwishBackward {
-  double beta;
-  float beta_f = float(beta);
-  template <typename A>
-  A scalar(A dy, A x) const {
-    const A s = sigmoid(A(beta) * x);
-    return dy * (s * (A(1) + A(beta) * x * (A(1) - s)));
-  }
-  OPFUSE_AVX2 __m256 vec(__m256 dy, __m256 x) const {
-    const __m256 b = _mm256_set1_ps(beta_f);
-    const __m256 one = _mm256_set1_ps(1.0f);
-    const __m256 s = sigmoid8(b * x);
-    return dy * (s * (one + b * x * (one - s)));
-  }
-  OPFUSE_AVX512 __m512 vec(__m512 dy, __m512 x) const {
-    const __m512 b = _mm512_set1_ps(beta_f);
-    const __m512 one = _mm512_set1_ps(1.0f);
-    const __m512 s = sigmoid16(b * x);
-    return dy * (s * (one + b * x * (one - s)));
-  }
-};
+// Each row of the iterator's 2-D loop, on the CPU path in use (kInputs inputs after the output).
+template <int kInputs, typename Run>
+void for_each_row(at::TensorIteratorBase& iter, const Run& run) {
+  iter.for_each([&](char** data, const int64_t* strides, int64_t size0, int64_t size1) {
+    char* row[kInputs + 1];
+    for (int64_t j = 0; j < size1; ++j) {
+      for (int k = 0; k <= kInputs; ++k) row[k] = data[k] + j * strides[kInputs + 1 + k];
+      run(row, strides, size0);
+    }
+  }, kGrain);
+}
 
 }  // namespace
 
 void swish_forward_kernel(at::TensorIteratorBase& iter, double beta) {
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, iter.common_dtype(), "opfuse::swish", [&] {
-    run_elementwise<scalar_t, 1>(iter, SwishForward{beta, float(beta)});
+    for_each_row<1>(iter, [&](char** row, const int64_t* strides, int64_t n) {
+      auto* y = reinterpret_cast<scalar_t*>(row[0]);
+      const auto* x = reinterpret_cast<const scalar_t*>(row[1]);
+      OPFUSE_ON_PATH(scalar_t, swish_forward_run, (y, x, strides, n, beta));
+    });
   });
 }
 
 void swish_backward_kernel(at::TensorIteratorBase& iter, double beta) {
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, iter.common_dtype(), "opfuse::swish_backward", [&] {
-    run_elementwise<scalar_t, 2>(iter, SwishBackward{beta, float(beta)});
+    for_each_row<2>(iter, [&](char** row, const int64_t* strides, int64_t n) {
+      auto* dx = reinterpret_cast<scalar_t*>(row[0]);
+      const auto *dy = reinterpret_cast<const scalar_t*>(row[1]), *x = reinterpret_cast<const scalar_t*>(row[2]);
+      OPFUSE_ON_PATH(scalar_t, swish_backward_run, (dx, dy, x, strides, n, beta));
+    });
   });
 }
 
