@@ -111,7 +111,8 @@ TEST(OpSpecs, EveryOpMatchesItsCompositeInFloat32AndBfloat16) {
         if (!expected[i].defined()) continue;
         const at::Tensor ref = expected[i].to(torch::kDouble);
         const double largest = ref.numel() == 0 ? 0 : ref.abs().max().item<double>();
-        expect_close(actual[i].to(torch::kDouble), ref, tol * (ref.abs() + largest), what + " item " + std::to_string(i));
+        const std::string item = what + " item " + std::to_string(i);
+        expect_close(actual[i].to(torch::kDouble), ref, tol * (ref.abs() + largest), item);
       }
     }
 }

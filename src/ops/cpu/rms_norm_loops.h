@@ -40,7 +40,9 @@ __attribute__((always_inline)) inline double row_dot(int64_t d, const Pair& pair
 // Σ x² over a row.
 template <typename V, typename T>
 double sum_of_squares(const T* x, int64_t d) {
-  return row_dot<V>(d, [&](int64_t j, int64_t m, typename V::F& a, typename V::F& b) { a = b = load_part<V>(x + j, m, 0); });
+  return row_dot<V>(d, [&](int64_t j, int64_t m, typename V::F& a, typename V::F& b) {
+    a = b = load_part<V>(x + j, m, 0);
+  });
 }
 
 // h = x + residual, rounded to T as ATen's add rounds it (the norm then reads the rounded h).

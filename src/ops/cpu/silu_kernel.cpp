@@ -21,7 +21,7 @@ namespace {
 #define OPFUSE_LOOPS "ops/cpu/silu_loops.h"
 #include "ops/cpu/per_path.h"
 
-// Each row of the iterator's 2-D loop, on the CPU path in use (kInputs inputs after the output).
+// run(pointers, strides, n) for each row of the iterator's 2-D loop: the output, then kInputs inputs.
 template <int kInputs, typename Run>
 void for_each_row(at::TensorIteratorBase& iter, const Run& run) {
   iter.for_each([&](char** data, const int64_t* strides, int64_t size0, int64_t size1) {

@@ -9,11 +9,11 @@
 // first.
 template <typename V, int kInputs, typename T, typename Formula>
 void map_run(T* out, const T* a, const T* b, const int64_t* strides, int64_t n, const Formula& formula) {
-  const char* base[3] = {reinterpret_cast<const char*>(out), reinterpret_cast<const char*>(a),
-                         reinterpret_cast<const char*>(b)};
+  char* const base[3] = {reinterpret_cast<char*>(out), reinterpret_cast<char*>(const_cast<T*>(a)),
+                         reinterpret_cast<char*>(const_cast<T*>(b))};
   bool contiguous = true;
   for (int k = 0; k <= kInputs; ++k) contiguous &= strides[k] == sizeof(T);
-  auto at = [&](int k, int64_t i) { return const_cast<T*>(reinterpret_cast<const T*>(base[k] + i * strides[k])); };
+  auto at = [&](int k, int64_t i) { return reinterpret_cast<T*>(base[k] + i * strides[k]); };
   auto apply = [&](const T* x0, const T* x1, T* y) {
     if constexpr (kInputs == 1) V::store(y, formula(V::load(x0)));
     else V::store(y, formula(V::load(x0), V::load(x1)));

@@ -32,7 +32,8 @@ inline A sigmoid(A z) {
 OPFUSE_AVX2 __m256 exp8(__m256 x) {
   const __m256 lo = _mm256_set1_ps(-87.3365402f);  // ln(FLT_MIN): 2^n stays normal
   const __m256 hi = _mm256_set1_ps(88.0f);          // n ≤ 127: 2^n does not overflow
-  const __m256 xc = _mm256_min_ps(hi, _mm256_max_ps(lo, x));  // a NaN x passes through (min/max return their second operand then)
+  // a NaN x passes through: min/max return their second operand when one is NaN
+  const __m256 xc = _mm256_min_ps(hi, _mm256_max_ps(lo, x));
   const __m256 n = _mm256_round_ps(xc * 1.44269504f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
@@ -98,7 +99,8 @@ OPFUSE_AVX512 __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   const __m512i biased = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
-  __m512 y = _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), p, _mm512_castsi512_ps(_mm512_slli_epi32(biased, 23)));
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);  // 0 below lo; NaN kept
+  __m512 y = _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(_mm512_slli_epi32(biased, 23)));
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), y, _mm512_set1_ps(INFINITY));
 }
 
