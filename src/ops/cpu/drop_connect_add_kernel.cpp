@@ -3,8 +3,7 @@
 //   backward  dx  = dy · mask[n] / keep          (dresidual = dy needs no pass)
 // The roundings are the composite's (x / keep, then · mask, then + residual, each in the
 // storage type), so the fused op gives the reference's drop_connect bits for the same mask.
-// The loops are plain C++ compiled three times (scalar, AVX2, AVX-512) and vectorized by the
-// compiler: there is no transcendental here, only a division, and memory bounds the speed.
+// The loops are written once in drop_connect_add_loops.h and compiled per CPU path (per_path.h).
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -14,42 +13,14 @@
 #include "ops/cpu/capability.h"
 #include "ops/cpu/grain.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/lanes.h"
+#include "ops/cpu/paths.h"
 
 namespace opfuse::cpu {
 namespace {
 
-template <typename T, typename A>
-inline __attribute__((always_inline)) void forward_run(const T* x, const T* r, A keep, A m, T* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = T(A(T(A(x[i]) / keep)) * m + A(r[i]));
-}
-
-template <typename T, typename A>
-inline __attribute__((always_inline)) void backward_run(const T* dy, A keep, A m, T* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = T(A(T(A(dy[i]) * m)) / keep);
-}
-
-template <typename T, typename A>
-void forward_scalar(const T* x, const T* r, A keep, A m, T* out, int64_t n) { forward_run(x, r, keep, m, out, n); }
-template <typename T, typename A>
-__attribute__((target("avx2,fma"))) void forward_avx2(const T* x, const T* r, A keep, A m, T* out, int64_t n) {
-  forward_run(x, r, keep, m, out, n);
-}
-template <typename T, typename A>
-__attribute__((target("avx512f,avx2,fma"))) void forward_avx512(const T* x, const T* r, A keep, A m, T* out,
-                                                                 int64_t n) {
-  forward_run(x, r, keep, m, out, n);
-}
-
-template <typename T, typename A>
-void backward_scalar(const T* dy, A keep, A m, T* dx, int64_t n) { backward_run(dy, keep, m, dx, n); }
-template <typename T, typename A>
-__attribute__((target("avx2,fma"))) void backward_avx2(const T* dy, A keep, A m, T* dx, int64_t n) {
-  backward_run(dy, keep, m, dx, n);
-}
-template <typename T, typename A>
-__attribute__((target("avx512f,avx2,fma"))) void backward_avx512(const T* dy, A keep, A m, T* dx, int64_t n) {
-  backward_run(dy, keep, m, dx, n);
-}
+#define OPFUSE_LOOPS "ops/cpu/drop_connect_add_loops.h"
+#include "ops/cpu/per_path.h"
 
 // Calls run(begin, length, sample) over [0, numel) cut at sample boundaries, in parallel.
 template <typename Run>
@@ -63,46 +34,43 @@ void for_samples(int64_t numel, int64_t per_sample, const Run& run) {
   });
 }
 
+// (templates, so that OPFUSE_ON_PATH's vector paths are not compiled for float64)
+template <typename T>
+void forward_impl(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& mask, double keep,
+                  at::Tensor& out) {
+  using A = at::opmath_type<T>;
+  const T *xp = x.data_ptr<T>(), *rp = residual.data_ptr<T>(), *mp = mask.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  const A k = A(T(keep));  // the composite divides by keep rounded to the tensor's dtype
+  for_samples(x.numel(), x.numel() / x.size(0), [&](int64_t at, int64_t len, int64_t n) {
+    OPFUSE_ON_PATH(T, forward_run, (xp + at, rp + at, k, A(mp[n]), op + at, len));
+  });
+}
+
+template <typename T>
+void backward_impl(const at::Tensor& dy, const at::Tensor& mask, double keep, at::Tensor& dx) {
+  using A = at::opmath_type<T>;
+  const T *dyp = dy.data_ptr<T>(), *mp = mask.data_ptr<T>();
+  T* dxp = dx.data_ptr<T>();
+  const A k = A(T(keep));
+  for_samples(dy.numel(), dy.numel() / dy.size(0), [&](int64_t at, int64_t len, int64_t n) {
+    OPFUSE_ON_PATH(T, backward_run, (dyp + at, k, A(mp[n]), dxp + at, len));
+  });
+}
+
 }  // namespace
 
 void drop_connect_add_forward_kernel(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& mask,
                                      double keep, at::Tensor& out) {
   if (x.numel() == 0) return;
-  const int64_t per_sample = x.numel() / x.size(0);
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "opfuse::drop_connect_add", [&] {
-    using A = at::opmath_type<scalar_t>;
-    const scalar_t* xp = x.data_ptr<scalar_t>();
-    const scalar_t* rp = residual.data_ptr<scalar_t>();
-    const scalar_t* mp = mask.data_ptr<scalar_t>();
-    scalar_t* op = out.data_ptr<scalar_t>();
-    const A k = A(scalar_t(keep));  // the composite divides by keep rounded to the tensor's dtype
-    const Capability cap = cpu_capability();
-    for_samples(x.numel(), per_sample, [&](int64_t at, int64_t len, int64_t n) {
-      const A m = A(mp[n]);
-      if (cap == Capability::avx512) forward_avx512(xp + at, rp + at, k, m, op + at, len);
-      else if (cap == Capability::avx2) forward_avx2(xp + at, rp + at, k, m, op + at, len);
-      else forward_scalar(xp + at, rp + at, k, m, op + at, len);
-    });
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "opfuse::drop_connect_add",
+                                 [&] { forward_impl<scalar_t>(x, residual, mask, keep, out); });
 }
 
 void drop_connect_add_backward_kernel(const at::Tensor& dy, const at::Tensor& mask, double keep, at::Tensor& dx) {
   if (dy.numel() == 0) return;
-  const int64_t per_sample = dy.numel() / dy.size(0);
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, dy.scalar_type(), "opfuse::drop_connect_add_backward", [&] {
-    using A = at::opmath_type<scalar_t>;
-    const scalar_t* dyp = dy.data_ptr<scalar_t>();
-    const scalar_t* mp = mask.data_ptr<scalar_t>();
-    scalar_t* dxp = dx.data_ptr<scalar_t>();
-    const A k = A(scalar_t(keep));
-    const Capability cap = cpu_capability();
-    for_samples(dy.numel(), per_sample, [&](int64_t at, int64_t len, int64_t n) {
-      const A m = A(mp[n]);
-      if (cap == Capability::avx512) backward_avx512(dyp + at, k, m, dxp + at, len);
-      else if (cap == Capability::avx2) backward_avx2(dyp + at, k, m, dxp + at, len);
-      else backward_scalar(dyp + at, k, m, dxp + at, len);
-    });
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, dy.scalar_type(), "opfuse::drop_connect_add_backward",
+                                 [&] { backward_impl<scalar_t>(dy, mask, keep, dx); });
 }
 
 }  // namespace opfuse::cpu

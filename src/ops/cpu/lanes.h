@@ -3,7 +3,8 @@
 //   Lanes8      eight float32 lanes (AVX2+FMA)
 //   Lanes16     sixteen float32 lanes (AVX-512)
 // Each has F (the value type, with + − * / as ordinary arithmetic), load/store for the storage
-// types, set1, sigmoid, exp, sqrt (correctly rounded on every path, as / is), max, fmadd (a·b + c
+// types, set1, sigmoid, exp, sqrt (correctly rounded on every path, as / is), round_as<T> (each
+// lane rounded to storage type T, as a store and load would round it), max, fmadd (a·b + c
 // rounded once, the same bits on every path), load_pairs/store_pairs (2·kLanes interleaved
 // elements as their even and odd elements), the horizontal hmax and hsumf of one F, and D: double
 // accumulators for one F (sums of many elements are kept in double, so a per-channel sum over
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "ops/cpu/vec_math.h"
 
@@ -33,6 +35,8 @@ struct Lanes1 {
   static F sigmoid(F z) { return cpu::sigmoid(z); }
   static F exp(F z) { return std::exp(z); }
   static F sqrt(F z) { return std::sqrt(z); }
+  template <typename T>
+  static F round_as(F v) { return F(T(v)); }
   static F max(F a, F b) { return a < b ? b : a; }
   static F fmadd(F a, F b, F c) { return std::fma(a, b, c); }
   template <typename T>
@@ -65,6 +69,11 @@ struct Lanes8 {
   OPFUSE_AVX2 static F sigmoid(F z) { return sigmoid8(z); }
   OPFUSE_AVX2 static F exp(F z) { return exp8(z); }
   OPFUSE_AVX2 static F sqrt(F z) { return _mm256_sqrt_ps(z); }
+  template <typename T>
+  OPFUSE_AVX2 static F round_as(F v) {
+    if constexpr (std::is_same_v<T, c10::BFloat16>) return _mm256_castsi256_ps(bf16_bits8(v));
+    else return v;
+  }
   OPFUSE_AVX2 static F max(F a, F b) { return _mm256_max_ps(a, b); }
   OPFUSE_AVX2 static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   // shuffle_ps picks within 128-bit halves ([a0 a2 b0 b2 | a4 a6 b4 b6]); the 64-bit permute
@@ -134,6 +143,11 @@ struct Lanes16 {
   OPFUSE_AVX512 static F sigmoid(F z) { return sigmoid16(z); }
   OPFUSE_AVX512 static F exp(F z) { return exp16(z); }
   OPFUSE_AVX512 static F sqrt(F z) { return _mm512_sqrt_ps(z); }
+  template <typename T>
+  OPFUSE_AVX512 static F round_as(F v) {
+    if constexpr (std::is_same_v<T, c10::BFloat16>) return _mm512_castsi512_ps(bf16_bits16(v));
+    else return v;
+  }
   OPFUSE_AVX512 static F max(F a, F b) { return _mm512_max_ps(a, b); }
   OPFUSE_AVX512 static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   template <typename T>

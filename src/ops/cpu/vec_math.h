@@ -67,15 +67,20 @@ OPFUSE_AVX2 __m256 load8(const c10::BFloat16* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-// Round to nearest even as c10::BFloat16 does (add 0x7fff plus the kept half's low bit), and
-// keep NaN a quiet NaN (0x7fc0) rather than let the rounding carry it into infinity.
-OPFUSE_AVX2 void store8(c10::BFloat16* p, __m256 v) {
+// v rounded to bfloat16 in the top half of each lane, the low half zero: to nearest even as
+// c10::BFloat16 rounds (add 0x7fff plus the kept half's low bit), NaN a quiet NaN (0x7fc0)
+// rather than carried by the rounding into infinity.
+OPFUSE_AVX2 __m256i bf16_bits8(__m256 v) {
   const __m256i bits = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  __m256i half = _mm256_srli_epi32(
-      _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  const __m256i rounded = _mm256_and_si256(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))),
+                                           _mm256_set1_epi32(int(0xffff0000u)));
   const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  half = _mm256_blendv_epi8(half, _mm256_set1_epi32(0x7fc0), nan);
+  return _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7fc00000), nan);
+}
+
+OPFUSE_AVX2 void store8(c10::BFloat16* p, __m256 v) {
+  const __m256i half = _mm256_srli_epi32(bf16_bits8(v), 16);
   // packus works within 128-bit lanes; gather quadwords 0 and 2 to get the eight halves in order.
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(half, half), 0b1000);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
@@ -117,14 +122,18 @@ OPFUSE_AVX512 __m512 load16(const c10::BFloat16* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-// Rounding as store8's; vpmovdw narrows in order, so no lane shuffle is needed.
-OPFUSE_AVX512 void store16(c10::BFloat16* p, __m512 v) {
+// Rounding as bf16_bits8's.
+OPFUSE_AVX512 __m512i bf16_bits16(__m512 v) {
   const __m512i bits = _mm512_castps_si512(v);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i half = _mm512_srli_epi32(
-      _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-  half = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), half, _mm512_set1_epi32(0x7fc0));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(half));
+  const __m512i rounded = _mm512_and_si512(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
+                                           _mm512_set1_epi32(int(0xffff0000u)));
+  return _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), rounded, _mm512_set1_epi32(0x7fc00000));
+}
+
+// vpmovdw narrows in order, so no lane shuffle is needed.
+OPFUSE_AVX512 void store16(c10::BFloat16* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(bf16_bits16(v), 16)));
 }
 
 }  // namespace opfuse::cpu
