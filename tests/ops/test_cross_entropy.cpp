@@ -7,8 +7,9 @@
 // double), κ the exp's bound (2 ulp = 2^-22 float; (V + 8)·2^-53 double, the double sum of V
 // terms included):
 //   loss_r      ≤ 2·(κ + u·R)                          (lse from float exps summed in double)
-//   dlogits_rj  ≤ |dy|·(c·p_j·(2κ + 2u + u·(r_j + R)) + u·|g_j|) + u·|dy·g_j|
-//                (the exp's error, x_j − m rounded, c/Σe and the fma rounded, then the scaling)
+//   dlogits_rj  ≤ |dy|·(c·p_j·(2κ + 2u + u·(r_j + R)) + u·|g_j| + 2u·c·(s/V + (1 − s)·[j = t]))
+//                + u·|dy·g_j|   (the exp's error, x_j − m rounded, c/Σe and the fma rounded, the
+//                label smoothing's constants rounded, then the scaling)
 // the reductions add their rows' bounds (mean: divided by the valid rows), and the loss is
 // rounded to its dtype (u_out·|loss|: 2^-24 float32, 2^-53 float64). bfloat16 is that computed
 // in float, then the loss rounded once (2^-8·|loss|) and the gradient twice (stored, then
@@ -84,9 +85,12 @@ CrossEntropyBounds cross_entropy_bounds(const at::Tensor& xd, const at::Tensor& 
   const at::Tensor g = c * (p - (1 - k.smoothing) * onehot - k.smoothing / classes) * valid;
   const at::Tensor lse = torch::logsumexp(xd, -1, true);
   const double v = std::ldexp(1.0, -53);  // the reference's own roundings
-  const at::Tensor grad =
-      (c * p * (2 * kappa + 2 * u + u * (r + R)) + 3 * u * g.abs() + v * (c * p * (2 + xd.abs() + lse.abs()) + 2 * g.abs())) *
-      valid;
+  // the smoothing's constants (s/V, and 1 − s at the target) are rounded, and so is their product
+  // with c: an error of their size, which p − s/V may cancel down to far less
+  const at::Tensor smoothing_terms = c * (k.smoothing / classes + (1 - k.smoothing) * onehot);
+  const at::Tensor grad = (c * p * (2 * kappa + 2 * u + u * (r + R)) + 3 * u * g.abs() + 2 * u * smoothing_terms +
+                           v * (c * p * (2 + xd.abs() + lse.abs()) + 2 * g.abs())) *
+                          valid;
   return {(2 * (kappa + u * R) * valid).squeeze(-1), grad};
 }
 
