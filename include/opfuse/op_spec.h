@@ -30,7 +30,6 @@ struct OpCase {
   at::Tensor grad_output;
   std::vector<OpVariant> variants;  // reference, aten, opfuse, in that order
   double bytes_per_step = 0;  // bytes a single-pass forward+backward (or step) of the fused op moves
-  at::Tensor copied;  // what bench-op's bandwidth copy copies (default leaves[0]): as large as what the op streams
   std::string shape;  // for reports (default leaves[0]'s shape)
 };
 

@@ -126,8 +126,11 @@ OpBenchResult bench_op(const OpBenchOptions& options) {
   torch::manual_seed(0);
   const Case c = make_case(options);
 
-  // The copy runs as a fourth variant, so memory's bandwidth is measured under the same conditions.
-  const at::Tensor src = c.copied.defined() ? c.copied : c.leaves[0].detach();
+  // The copy runs as a fourth variant, so memory's bandwidth is measured under the same
+  // conditions, and moves as many bytes as the op must (half read, half written): a copy of one
+  // input would find a nearer cache than the op's data does (swiglu's 8 tensors of gate's size
+  // spill the L3 its 2 would fit).
+  const at::Tensor src = torch::randn({std::max<int64_t>(1, std::llround(c.bytes_per_step / (2 * sizeof(float))))});
   at::Tensor dst = torch::empty_like(src);
   measure::keep_freed_memory();  // before the calibration's calls, so they allocate as rounds will
   std::vector<measure::Run> runs;
@@ -149,7 +152,10 @@ OpBenchResult bench_op(const OpBenchOptions& options) {
   result.shape = c.shape.empty() ? shape_string(c.leaves[0].sizes()) : c.shape;
   result.capability = cpu::capability_name(cpu::cpu_capability());
   result.timed = c.variants[0].step ? "one optimizer step" : "forward+backward";
-  result.numel = src.numel();
+  // elements of the op's first input, or of all the parameters a step updates
+  result.numel = c.leaves[0].numel();
+  if (c.variants[0].step)
+    for (size_t i = 1; i < c.leaves.size(); ++i) result.numel += c.leaves[i].numel();
   result.threads = threads;
   result.rounds = timing.rounds;
   result.machine = timing.machine;

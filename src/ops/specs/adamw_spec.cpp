@@ -79,7 +79,6 @@ OpCase adamw_case(const OpArgs& a) {
   }
   OpCase c;
   c.leaves = group->p;
-  c.copied = torch::randn({total});
   c.shape = fmt::format("{} tensors, {} parameters{}", group->p.size(), total,
                         a.shapes == llama_parameter_shapes() ? " (stories15M)" : "");
   c.variants = {{"reference", "torch.optim.AdamW(foreach=False): per tensor mul_, add_, addcmul_, sqrt, div, addcdiv_",

@@ -44,7 +44,6 @@ OpCase linear_cross_entropy_case(const OpArgs& a) {
   OpCase c;
   c.leaves = {h, w};
   c.grad_output = torch::ones({}, a.dtype);
-  c.copied = w.detach();
   c.shape = fmt::format("h [{}, {}], weight [{}, {}]", hs[0], hs[1], ws[0], ws[1]);
   c.variants = {{"reference", "nll_loss(log_softmax(linear(h, weight), -1), target)",
                  [=] { return torch::nll_loss(torch::log_softmax(torch::linear(h, w), -1), t); }},
