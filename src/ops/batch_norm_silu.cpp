@@ -15,6 +15,7 @@
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
+#include "ops/layout.h"
 #include "ops/dispatch.h"
 #include "ops/cpu/kernels.h"
 
@@ -50,13 +51,6 @@ void check_batch_norm_args(const at::Tensor& x, const at::Tensor& weight, const 
               x.sizes());
   TORCH_CHECK(training || (running_mean.defined() && running_var.defined()), op,
               ": running_mean and running_var are required when not training");
-}
-
-// The kernels walk NCHW or channels_last memory; any other layout is made NCHW first.
-at::MemoryFormat layout_of(const at::Tensor& x) {
-  if (x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast))
-    return at::MemoryFormat::ChannelsLast;
-  return at::MemoryFormat::Contiguous;
 }
 
 // Per-channel values are computed in double and kept in the accumulation dtype.
@@ -161,7 +155,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_silu_forward_cpu(
   const at::Tensor weight = value_or_undefined(weight_opt), bias = value_or_undefined(bias_opt);
   const at::Tensor running_mean = value_or_undefined(running_mean_opt), running_var = value_or_undefined(running_var_opt);
   check_batch_norm_args(x_in, weight, bias, running_mean, running_var, training, eps, "opfuse::batch_norm_silu");
-  const auto format = layout_of(x_in);
+  const auto format = kernel_layout(x_in);
   const at::Tensor x = x_in.contiguous(format);
   auto [mean, invstd] = statistics(x, running_mean, running_var, training, momentum, eps);
   auto [scale, shift] = affine(weight, bias, mean, invstd);
@@ -195,7 +189,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_silu_backward_cpu(
   TORCH_CHECK(mean.scalar_type() == dtype && invstd.scalar_type() == dtype && mean.numel() == x_in.size(1) &&
                   invstd.numel() == x_in.size(1),
               op, ": mean and invstd must be [C] of ", dtype, " as batch_norm_silu_forward returns them");
-  const auto format = layout_of(x_in);
+  const auto format = kernel_layout(x_in);
   const at::Tensor x = x_in.contiguous(format), dy = grad.contiguous(format);
   auto [scale, shift] = affine(weight, bias, mean, invstd);
   at::Tensor dx = at::empty_like(x, format);

@@ -10,6 +10,7 @@
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
+#include "ops/layout.h"
 #include "ops/dispatch.h"
 #include "ops/cpu/kernels.h"
 
@@ -27,11 +28,8 @@ void check_drop_connect_args(const at::Tensor& x, const at::Tensor& residual, do
 // Sample n must be the n-th contiguous block of x and residual alike: both dense in the same
 // memory format (NCHW or channels_last), else both made contiguous.
 at::MemoryFormat shared_layout(const at::Tensor& x, const at::Tensor& residual) {
-  if (x.dim() == 4) {
-    const auto cl = at::MemoryFormat::ChannelsLast;
-    if (!x.is_contiguous() && x.is_contiguous(cl) && residual.is_contiguous(cl)) return cl;
-  }
-  return at::MemoryFormat::Contiguous;
+  const auto cl = at::MemoryFormat::ChannelsLast;
+  return is_channels_last(x) && residual.is_contiguous(cl) ? cl : at::MemoryFormat::Contiguous;
 }
 
 // The reference's mask: floor(keep + rand([N, 1, 1, 1])), 0 or 1 per sample.

@@ -6,6 +6,7 @@
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
+#include "ops/layout.h"
 #include "ops/dispatch.h"
 #include "ops/cpu/kernels.h"
 
@@ -25,16 +26,9 @@ void check_gate(const at::Tensor& x, const at::Tensor& gate, const char* op) {
               at::IntArrayRef(expected), " for x of shape ", x.sizes(), ", got ", gate.sizes());
 }
 
-// The kernel walks NCHW or channels_last memory; anything else is made NCHW first.
-at::MemoryFormat layout_of(const at::Tensor& x) {
-  if (x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast))
-    return at::MemoryFormat::ChannelsLast;
-  return at::MemoryFormat::Contiguous;
-}
-
 at::Tensor se_gate_cpu(const at::Tensor& x, const at::Tensor& gate) {
   check_gate(x, gate, "opfuse::se_gate");
-  const auto format = layout_of(x);
+  const auto format = kernel_layout(x);
   const at::Tensor xin = x.contiguous(format);
   at::Tensor out = at::empty_like(xin, format);
   cpu::se_gate_forward_kernel(xin, gate.contiguous(), out);
@@ -46,7 +40,7 @@ std::tuple<at::Tensor, at::Tensor> se_gate_backward_cpu(const at::Tensor& grad, 
   check_gate(x, gate, "opfuse::se_gate_backward");
   check_input(grad, "opfuse::se_gate_backward", "grad");
   check_same(grad, x, "opfuse::se_gate_backward", "grad", "x");
-  const auto format = layout_of(x);
+  const auto format = kernel_layout(x);
   const at::Tensor xin = x.contiguous(format);
   const at::Tensor dy = grad.contiguous(format);
   at::Tensor dx = at::empty_like(xin, format);

@@ -21,6 +21,7 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/paths.h"
+#include "ops/layout.h"
 
 namespace opfuse::cpu {
 namespace {
@@ -34,8 +35,7 @@ struct Geometry {
 Geometry geometry_of(const at::Tensor& x) {
   const int64_t n = x.size(0), c = x.size(1);
   const int64_t hw = n * c == 0 ? 0 : x.numel() / (n * c);
-  const bool cl = x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast);
-  return {n, c, hw, cl || hw == 1, (c + 15) / 16 * 16};
+  return {n, c, hw, is_channels_last(x) || hw == 1, (c + 15) / 16 * 16};
 }
 
 // A plane is cut into segments of this many elements, so even one huge plane gives every

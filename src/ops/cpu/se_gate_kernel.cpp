@@ -16,6 +16,7 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/paths.h"
+#include "ops/layout.h"
 
 namespace opfuse::cpu {
 namespace {
@@ -28,8 +29,7 @@ struct Geometry {
 Geometry geometry_of(const at::Tensor& x) {
   const int64_t n = x.size(0), c = x.size(1);
   const int64_t hw = n * c == 0 ? 0 : x.numel() / (n * c);
-  const bool cl = x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast);
-  return {n, c, hw, cl};
+  return {n, c, hw, is_channels_last(x)};
 }
 
 // Channel blocks for the channels_last reduction: enough tasks for every thread even at N = 1.
