@@ -37,6 +37,13 @@ std::vector<at::Tensor> run(const OpCase& c, size_t variant, uint64_t seed) {
   return results;
 }
 
+// tol·(|ref| + max|ref|), elementwise: the bound of these tests, relative to the element and to
+// the tensor's largest (cancellation against it).
+at::Tensor scaled_tolerance(const at::Tensor& ref, double tol) {
+  const double largest = ref.numel() == 0 ? 0 : ref.abs().max().item<double>();
+  return tol * (ref.abs() + largest);
+}
+
 std::string describe(const OpSpec& spec, const InputShapes& shapes) {
   std::string s = spec.name;
   for (const auto& shape : shapes) s += " " + c10::str(at::IntArrayRef(shape));
@@ -68,8 +75,7 @@ TEST(OpSpecs, EveryOpMatchesItsCompositeInFloat64OnFreshData) {
         if (!expected[i].defined()) continue;
         ASSERT_EQ(actual[i].scalar_type(), torch::kDouble) << item;
         const at::Tensor ref = expected[i].to(torch::kDouble);
-        const double largest = ref.numel() == 0 ? 0 : ref.abs().max().item<double>();
-        expect_close(actual[i], ref, 1e-10 * (ref.abs() + largest), item);
+        expect_close(actual[i], ref, scaled_tolerance(ref, 1e-10), item);
       }
     }
   }
@@ -97,11 +103,10 @@ OpCase float64_case_with_values_of(const OpSpec& spec, const InputShapes& shapes
   return c;
 }
 
-// Whether |actual − ref| ≤ tol·(|ref| + max|ref|) everywhere (NaN where ref has NaN).
+// Whether |actual − ref| ≤ scaled_tolerance(ref, tol) everywhere (NaN where ref has NaN).
 bool within(const at::Tensor& actual, const at::Tensor& ref, double tol) {
   const at::Tensor a = actual.to(torch::kDouble);
-  const double largest = ref.numel() == 0 ? 0 : ref.abs().max().item<double>();
-  const at::Tensor ok = ((a - ref).abs() <= tol * (ref.abs() + largest)) | (a.isnan() & ref.isnan());
+  const at::Tensor ok = ((a - ref).abs() <= scaled_tolerance(ref, tol)) | (a.isnan() & ref.isnan());
   return ok.all().item<bool>();
 }
 
@@ -137,9 +142,8 @@ TEST(OpSpecs, EveryOpMatchesItsCompositeInFloat32AndBfloat16) {
         if (!expected[i].defined()) continue;
         if (within(actual[i], exact[i].to(torch::kDouble), tol)) continue;
         const at::Tensor ref = expected[i].to(torch::kDouble);
-        const double largest = ref.numel() == 0 ? 0 : ref.abs().max().item<double>();
         const std::string item = what + " item " + std::to_string(i) + " (nor within the float64 reference)";
-        expect_close(actual[i].to(torch::kDouble), ref, tol * (ref.abs() + largest), item);
+        expect_close(actual[i].to(torch::kDouble), ref, scaled_tolerance(ref, tol), item);
       }
     }
 }
