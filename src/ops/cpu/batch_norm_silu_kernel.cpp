@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ops/cpu/aligned_vector.h"
 #include "ops/cpu/capability.h"
 #include "ops/cpu/grain.h"
 #include "ops/cpu/kernels.h"
@@ -50,8 +51,8 @@ int64_t rows_per_block(const Geometry& g) { return std::max<int64_t>(1, kSegment
 
 // A [C] tensor of the accumulation type, copied into an array padded to g.cp.
 template <typename A>
-std::vector<A> padded(const at::Tensor& t, const Geometry& g) {
-  std::vector<A> v(g.cp, A(0));
+AlignedVector<A> padded(const at::Tensor& t, const Geometry& g) {
+  AlignedVector<A> v(g.cp, A(0));
   const at::Tensor c = t.contiguous();
   std::copy(c.data_ptr<A>(), c.data_ptr<A>() + g.c, v.begin());
   return v;
@@ -62,7 +63,7 @@ void moments_impl(const Geometry& g, const at::Tensor& x, at::Tensor& mean, at::
   using A = at::opmath_type<T>;
   const int64_t count = g.n * g.hw;
   const T* xp = x.data_ptr<T>();
-  std::vector<A> k(g.cp, A(0));
+  AlignedVector<A> k(g.cp, A(0));
   if (count > 0)
     for (int64_t c = 0; c < g.c; ++c) k[c] = A(xp[g.rows ? c : c * g.hw]);  // sample 0's first pixel
   std::vector<double> s1(g.c), s2(g.c);
@@ -80,7 +81,7 @@ template <typename T>
 void forward_impl(const Geometry& g, const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift,
                   at::Tensor& out) {
   using A = at::opmath_type<T>;
-  const std::vector<A> sc = padded<A>(scale, g), sh = padded<A>(shift, g);
+  const AlignedVector<A> sc = padded<A>(scale, g), sh = padded<A>(shift, g);
   const T* xp = x.data_ptr<T>();
   T* op = out.data_ptr<T>();
   OPFUSE_ON_PATH(T, silu_affine_all, (g, xp, sc.data(), sh.data(), op));
@@ -92,7 +93,7 @@ void grad_sums_impl(const Geometry& g, const at::Tensor& dy, const at::Tensor& x
                     const at::Tensor& shift, const at::Tensor& mean, const at::Tensor& store_scale, at::Tensor& dz,
                     at::Tensor& sum_dz, at::Tensor& sum_dz_xc) {
   using A = at::opmath_type<T>;
-  const std::vector<A> sc = padded<A>(scale, g), sh = padded<A>(shift, g), mu = padded<A>(mean, g),
+  const AlignedVector<A> sc = padded<A>(scale, g), sh = padded<A>(shift, g), mu = padded<A>(mean, g),
                        st = padded<A>(store_scale, g);
   const T* dyp = dy.data_ptr<T>();
   const T* xp = x.data_ptr<T>();
@@ -105,7 +106,7 @@ template <typename T, typename Z>
 void grad_input_impl(const Geometry& g, const at::Tensor& dz, const at::Tensor& x, const at::Tensor& alpha,
                      const at::Tensor& beta, const at::Tensor& delta, const at::Tensor& mean, at::Tensor& dx) {
   using A = at::opmath_type<T>;
-  const std::vector<A> al = padded<A>(alpha, g), be = padded<A>(beta, g), de = padded<A>(delta, g),
+  const AlignedVector<A> al = padded<A>(alpha, g), be = padded<A>(beta, g), de = padded<A>(delta, g),
                        mu = padded<A>(mean, g);
   const Z* dzp = dz.data_ptr<Z>();
   const T* xp = x.data_ptr<T>();

@@ -111,7 +111,7 @@ void reduce_runs(const Geometry& g, double* s1, double* s2, const Run& run) {
     return;
   }
   const int64_t rows = g.n * g.hw, per_block = rows_per_block(g), blocks = (rows + per_block - 1) / per_block;
-  std::vector<double> p1(blocks * g.cp, 0.0), p2(blocks * g.cp, 0.0);
+  AlignedVector<double> p1(blocks * g.cp, 0.0), p2(blocks * g.cp, 0.0);
   at::parallel_for(0, blocks, grain_for(per_block * g.c), [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       Sums<V, true> sums{&p1[b * g.cp], &p2[b * g.cp]};

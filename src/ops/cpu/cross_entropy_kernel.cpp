@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ops/cpu/blas.h"
+#include "ops/cpu/aligned_vector.h"
 #include "ops/cpu/capability.h"
 #include "ops/cpu/grain.h"
 #include "ops/cpu/kernels.h"

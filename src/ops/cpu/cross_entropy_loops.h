@@ -78,7 +78,7 @@ void forward_all(const T* x, int64_t rows, int64_t n, int64_t row_stride, const 
                  double smoothing, double c, double* losses, T* g) {
   using A = typename V::A;
   at::parallel_for(0, rows, grain_for(n), [&](int64_t begin, int64_t end) {
-    std::vector<A> scratch(std::is_same_v<T, A> || g == nullptr ? 0 : n);
+    AlignedVector<A> scratch(std::is_same_v<T, A> || g == nullptr ? 0 : n);
     for (int64_t r = begin; r < end; ++r) {
       T* gr = g == nullptr ? nullptr : g + r * n;
       A* e = nullptr;

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <vector>
 
+#include "ops/cpu/aligned_vector.h"
 #include "ops/cpu/capability.h"
 #include "ops/cpu/grain.h"
 #include "ops/cpu/kernels.h"

@@ -117,7 +117,7 @@ void backward_all(const T* dy, const T* x, const T* w, const typename V::A* rstd
   using A = typename V::A;
   const int64_t per_block = std::min(kDwRows, rows_per_block(d)), blocks = (rows + per_block - 1) / per_block;
   const int64_t dp = padded_length(d);
-  std::vector<A> parts(blocks * dp, A(0));
+  AlignedVector<A> parts(blocks * dp, A(0));
   at::parallel_for(0, blocks, grain_for(per_block * d), [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b)
       for (int64_t r = b * per_block; r < std::min(rows, (b + 1) * per_block); ++r) {

@@ -11,6 +11,7 @@
 
 #include <vector>
 
+#include "ops/cpu/aligned_vector.h"
 #include "ops/cpu/capability.h"
 #include "ops/cpu/grain.h"
 #include "ops/cpu/kernels.h"
@@ -39,9 +40,9 @@ constexpr int64_t kChannelBlock = 64;
 #include "ops/cpu/per_path.h"
 
 template <typename A, typename T>
-std::vector<A> gate_sigmoid(const at::Tensor& gate) {
+AlignedVector<A> gate_sigmoid(const at::Tensor& gate) {
   const T* g = gate.data_ptr<T>();
-  std::vector<A> s(gate.numel());
+  AlignedVector<A> s(gate.numel());
   for (size_t i = 0; i < s.size(); ++i) s[i] = sigmoid(A(g[i]));
   return s;
 }
@@ -57,7 +58,7 @@ template <typename T>
 void forward_impl(const at::Tensor& x, const at::Tensor& gate, at::Tensor& out) {
   using A = at::opmath_type<T>;
   const Geometry g = geometry_of(x);
-  const std::vector<A> s = gate_sigmoid<A, T>(gate);
+  const AlignedVector<A> s = gate_sigmoid<A, T>(gate);
   const T* xp = x.data_ptr<T>();
   T* op = out.data_ptr<T>();
   OPFUSE_ON_PATH(T, forward_all, (g, xp, s.data(), op));
@@ -68,8 +69,8 @@ void backward_impl(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& 
                    at::Tensor& dgate) {
   using A = at::opmath_type<T>;
   const Geometry g = geometry_of(x);
-  const std::vector<A> s = gate_sigmoid<A, T>(gate);
-  std::vector<A> sum(s.size(), A(0));
+  const AlignedVector<A> s = gate_sigmoid<A, T>(gate);
+  AlignedVector<A> sum(s.size(), A(0));
   const T *dyp = dy.data_ptr<T>(), *xp = x.data_ptr<T>();
   T* dxp = dx.data_ptr<T>();
   OPFUSE_ON_PATH(T, backward_all, (g, dyp, xp, s.data(), dxp, sum.data()));
