@@ -92,6 +92,7 @@ def launch(nproc, argv):
     """Starts nproc ranks of this command on this machine through torch's own launcher (the
     elastic agent torchrun runs); returns the job's exit status, naming a rank that failed."""
     import socket
+    import tempfile
     import uuid
     from torch.distributed.elastic.multiprocessing import Std
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -100,20 +101,23 @@ def launch(nproc, argv):
     with socket.socket() as s:  # a free port for the rendezvous: runs side by side do not collide
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
-    # Std.NONE given as such: torch 1.13's own flag parsing of "--redirects 0" fails on Python 3.11.
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
-                          rdzv_backend="c10d", rdzv_endpoint=f"localhost:{port}", max_restarts=0,
-                          monitor_interval=1, redirects=Std.NONE, tee=Std.NONE)
-    try:
-        elastic_launch(config, sys.executable)("-m", "opfuse", *argv)
-    except ChildFailedError as e:
-        failures = sorted(e.failures.items())  # by global rank
-        causes = [(r, f) for r, f in failures if f.exitcode not in (1, 2, 3)]  # 1-3: opfuse's own ends, said already
-        if not causes:
-            return max(f.exitcode for _, f in failures)
-        names = ", ".join(f"rank {r} ({_ending(f.exitcode)})" for r, f in causes)
-        print(f"opfuse: {names} ended the job; the other ranks were stopped", file=sys.stderr)
-        return 3
+    # The agent's per-rank folders (error files) go to a folder removed when the job ends: left
+    # to itself it makes a /tmp/torchelastic_* folder per run and never removes it.
+    with tempfile.TemporaryDirectory(prefix="opfuse-launch-") as log_dir:
+        # Std.NONE given as such: torch 1.13's own flag parsing of "--redirects 0" fails on Python 3.11.
+        config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
+                              rdzv_backend="c10d", rdzv_endpoint=f"localhost:{port}", max_restarts=0,
+                              monitor_interval=1, redirects=Std.NONE, tee=Std.NONE, log_dir=log_dir)
+        try:
+            elastic_launch(config, sys.executable)("-m", "opfuse", *argv)
+        except ChildFailedError as e:
+            failures = sorted(e.failures.items())  # by global rank
+            causes = [(r, f) for r, f in failures if f.exitcode not in (1, 2, 3)]  # 1-3: opfuse's own ends, said already
+            if not causes:
+                return max(f.exitcode for _, f in failures)
+            names = ", ".join(f"rank {r} ({_ending(f.exitcode)})" for r, f in causes)
+            print(f"opfuse: {names} ended the job; the other ranks were stopped", file=sys.stderr)
+            return 3
     return 0
 
 

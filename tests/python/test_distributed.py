@@ -10,6 +10,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "ranks", "job.py")
 
 
+def private_tmp(tmp_path):
+    """An environment whose temp folder is tmp_path/tmp, to check a run leaves nothing there."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    return tmp, dict(os.environ, TMPDIR=str(tmp))
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("localhost", 0))
@@ -18,11 +25,13 @@ def free_port():
 
 def test_two_ranks_tune_one_model_alike(tmp_path):
     out = tmp_path / "run"
+    tmp, env = private_tmp(tmp_path)
     done = subprocess.run([sys.executable, "-m", "opfuse", "tune", f"{JOB}:factory", "--nproc", "2", "--threads", "1",
                            "--out", str(out), "--steps", "1", "--rounds", "2", "--max-rounds", "2", "--warmup", "1",
                            "--profile-steps", "1", "--min-gain", "-1"],
-                          capture_output=True, text=True, timeout=900)
+                          env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert list(tmp.iterdir()) == []  # the launcher's folders (torchelastic_* by default) are gone
     report = json.loads((out / "report.json").read_text())
     assert report["ranks"] == 2 and report["batch_size"] == 8  # samples of both ranks
     for side in ("baseline", "tuned"):
@@ -54,9 +63,11 @@ def test_a_rank_killed_mid_run_is_named_by_the_others_within_the_timeout(tmp_pat
 
 
 def test_the_launcher_names_a_rank_that_was_killed(tmp_path):
-    env = dict(os.environ, DIE_AFTER_STEPS="12", DYING_RANK="1")
+    tmp, env = private_tmp(tmp_path)
+    env.update(DIE_AFTER_STEPS="12", DYING_RANK="1")
     done = subprocess.run([sys.executable, "-m", "opfuse", "tune", f"{JOB}:factory", "--nproc", "2", "--threads", "1",
                            "--out", str(tmp_path / "run"), "--steps", "1", "--rounds", "20", "--warmup", "1",
                            "--profile-steps", "1"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 3, done.stderr[-3000:]
     assert "rank 1 (killed by SIGKILL) ended the job" in done.stderr, done.stderr[-3000:]
+    assert list(tmp.iterdir()) == []

@@ -15,6 +15,7 @@
 #include <random>
 #include <set>
 
+#include "../temp_dir.h"
 #include "opfuse/data.h"
 #include "train/image_decode.h"
 
@@ -24,28 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using Rgb = std::array<int, 3>;
 
-// A fresh folder under the system temp dir, removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("opfuse_data_" + std::string(info->name()) + "_" + std::to_string(std::random_device{}()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path sub(const std::string& name) const {
-    fs::create_directories(path_ / name);
-    return path_ / name;
-  }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
+using opfuse::testing::TempDir;
 
 std::vector<uint8_t> solid(int w, int h, std::vector<uint8_t> pixel) {
   std::vector<uint8_t> out;

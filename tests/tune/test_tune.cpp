@@ -5,11 +5,10 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <limits>
 #include <random>
-#include <unistd.h>
 
+#include "../temp_dir.h"
 #include "opfuse/rewrite.h"
 #include "opfuse/tune.h"
 #include "tune/model_workload.h"
@@ -131,11 +130,6 @@ def forward(self, x):
   return rewrite::load_torchscript(path);
 }
 
-std::string temp_dir(const char* name) {
-  const auto dir = std::filesystem::temp_directory_path() / (std::string("opfuse-tune-") + name + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
 
 TEST(TorchScript, DefaultRewritesReplaceSwishAndGateAndVerify) {
   TuneOptions o = tiny();
@@ -143,7 +137,8 @@ TEST(TorchScript, DefaultRewritesReplaceSwishAndGateAndVerify) {
   o.model = "net.pt";
   SCOPED_TRACE("seed " + std::to_string(o.seed));
   torch::manual_seed(o.seed);
-  auto model = workload(scripted_net(temp_dir("good")), o);
+  const testing::TempDir dir;
+  auto model = workload(scripted_net(dir.str()), o);
   const auto rules = analyze::default_rules();
   auto rewritten = model->clone();
   auto rewrite = [&](const char* name, Workload& w) { return model->rewrites_for(rule(rules, name)).back().apply(w); };
@@ -163,7 +158,8 @@ TEST(TorchScript, AWrongRewriteFailsVerification) {
   TuneOptions o = tiny();
   o.inputs = {{{3, 3, 12, 12}}};
   o.model = "net.pt";
-  auto model = workload(scripted_net(temp_dir("wrong")), o);
+  const testing::TempDir dir;
+  auto model = workload(scripted_net(dir.str()), o);
   const auto rules = analyze::load_rules(std::string(std::getenv("OPFUSE_TEST_DATA")) + "/rules/wrong_silu.yaml");
   auto rewritten = model->clone();
   EXPECT_EQ(model->rewrites_for(rule(rules, "wrong_silu")).back().apply(*rewritten), 1);
@@ -179,7 +175,8 @@ TEST(TorchScript, ARewriteThatFailsToRunIsRejectedWithItsError) {
   TuneOptions o = tiny();
   o.inputs = {{{3, 3, 12, 12}}};
   o.model = "net.pt";
-  auto model = workload(scripted_net(temp_dir("throws")), o);
+  const testing::TempDir dir;
+  auto model = workload(scripted_net(dir.str()), o);
   // se_gate on two same-shaped tensors: the op rejects the gate's shape at run time.
   auto rewritten = model->clone();
   EXPECT_EQ(rewrite::rewrite_graph(std::dynamic_pointer_cast<ModelWorkload>(rewritten)->model(), R"(
