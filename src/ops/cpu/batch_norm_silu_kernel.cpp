@@ -94,7 +94,7 @@ void grad_sums_impl(const Geometry& g, const at::Tensor& dy, const at::Tensor& x
                     at::Tensor& sum_dz, at::Tensor& sum_dz_xc) {
   using A = at::opmath_type<T>;
   const AlignedVector<A> sc = padded<A>(scale, g), sh = padded<A>(shift, g), mu = padded<A>(mean, g),
-                       st = padded<A>(store_scale, g);
+                         st = padded<A>(store_scale, g);
   const T* dyp = dy.data_ptr<T>();
   const T* xp = x.data_ptr<T>();
   Z* dzp = dz.data_ptr<Z>();
@@ -107,7 +107,7 @@ void grad_input_impl(const Geometry& g, const at::Tensor& dz, const at::Tensor& 
                      const at::Tensor& beta, const at::Tensor& delta, const at::Tensor& mean, at::Tensor& dx) {
   using A = at::opmath_type<T>;
   const AlignedVector<A> al = padded<A>(alpha, g), be = padded<A>(beta, g), de = padded<A>(delta, g),
-                       mu = padded<A>(mean, g);
+                         mu = padded<A>(mean, g);
   const Z* dzp = dz.data_ptr<Z>();
   const T* xp = x.data_ptr<T>();
   T* dxp = dx.data_ptr<T>();
