@@ -64,9 +64,12 @@ def rms_norm(x, weight, eps):
     return rms_norm_composite(x, weight, eps)
 
 
-def rms_norm_composite(x, weight, eps):
-    """The chain as Llama writes it (in float, rounded back to x's dtype, times weight)."""
-    y = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).type_as(x)
+def rms_norm_composite(x, weight, eps, in_float=False):
+    """The chain as Llama writes it (computed, then rounded back to x's dtype, times weight): in
+    float32 when in_float (Llama's `x.float()`, whatever x's dtype), else as the fused op computes,
+    in float32 for bfloat16 and float16 x and in x's own dtype for float32 and float64."""
+    a = x.float() if in_float else x.to(torch.promote_types(x.dtype, torch.float32))
+    y = (a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + eps)).type_as(x)
     return y * weight if weight is not None else y
 
 

@@ -54,7 +54,7 @@ class RMSNorm(Fused):
 
     def forward(self, x):
         if getattr(self, "in_float", False) and x.dtype == torch.float64:
-            return functional.rms_norm_composite(x, None, self.eps) * self.weight
+            return functional.rms_norm_composite(x, None, self.eps, in_float=True) * self.weight
         return functional.rms_norm(x, self.weight, self.eps)
 
     def extra_repr(self):

@@ -139,7 +139,7 @@ def _untraceable_callee(error, forward):
 
 class ValueProxy(Proxy):
     """A proxy that answers shape questions with the recorded call's numbers: x.size(), x.shape,
-    x.dim(), len(x) and unpacking (`B, T, C = x.size()`, `q, k, v = y.split(n, 2)`), which
+    x.dim(), x.ndim, len(x) and unpacking (`B, T, C = x.size()`, `q, k, v = y.split(n, 2)`), which
     plain fx cannot trace (and on Python 3.11, torch 1.13's fx cannot unpack at all)."""
 
     def _value(self):
@@ -157,6 +157,10 @@ class ValueProxy(Proxy):
         return self._value().shape
 
     def dim(self):
+        return self._value().dim()
+
+    @property
+    def ndim(self):
         return self._value().dim()
 
     def __len__(self):
@@ -241,6 +245,7 @@ def trace(module, call):
             concrete[name] = value
         inputs[name] = value.clone() if isinstance(value, torch.Tensor) else value
     graphs, wrapped, was, specialised = {}, [], module.training, False
+    attributes = _attributes_of(module)
     try:
         for training in (True, False):
             module.training = training
@@ -250,7 +255,10 @@ def trace(module, call):
                         copy_of_module = copy_model(module)
                         copy_of_module.train(training)
                         tracer = ValueTracer(copy_of_module, dict(inputs), autowrap_functions=tuple(wrapped))
-                        graphs[training] = tracer.trace(module, concrete_args=dict(concrete))
+                        try:
+                            graphs[training] = tracer.trace(module, concrete_args=dict(concrete))
+                        finally:
+                            _restore_attributes(attributes)
                     specialised = specialised or tracer.specialised
                     break
                 except Exception as e:  # tracing runs the user's code: any error means "does not trace"
@@ -262,6 +270,23 @@ def trace(module, call):
         module.training = was
     shapes = {n: tuple(v.shape) for n, v in inputs.items() if isinstance(v, torch.Tensor)} if specialised else {}
     return graphs, concrete, shapes
+
+
+def _attributes_of(module):
+    """What each submodule holds, to put back after tracing: fx runs forward on the module itself,
+    so a forward that assigns (Meta's `self.freqs_cis = self.freqs_cis.to(h.device)`) would leave
+    a proxy there."""
+    return [(m, dict(m.__dict__), dict(m._parameters), dict(m._buffers), dict(m._modules))
+            for m in module.modules()]
+
+
+def _restore_attributes(attributes):
+    for m, held, parameters, buffers, modules in attributes:
+        m.__dict__.clear()
+        m.__dict__.update(held)
+        for now, before in ((m._parameters, parameters), (m._buffers, buffers), (m._modules, modules)):
+            now.clear()
+            now.update(before)
 
 
 def _holds_tensor(value):

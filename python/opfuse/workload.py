@@ -22,6 +22,15 @@ def flatten_tensors(value):
     return []
 
 
+def _cast(model, dtype):
+    """model.to(dtype), but a complex parameter or buffer (Meta's freqs_cis table) becomes the
+    complex type of dtype's precision, where Module.to would keep only its real part: a probe must
+    run the model's own arithmetic."""
+    complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+    return model._apply(lambda t: t.to(complex_dtype) if t.is_complex()
+                        else t.to(dtype) if t.is_floating_point() else t)
+
+
 def make(native):
     """The Workload class over this process's opfuse._C."""
 
@@ -101,7 +110,7 @@ def make(native):
             return (time.perf_counter() - start) * 1000
 
         def probe(self, dtype, seed, nudge):
-            model = self.model.to(dtype)
+            model = _cast(self.model, dtype)
             model.train()
             # Dropout modules pass through: a fused op draws its own mask (attention's is never
             # stored), so two models agree on the mathematics only with nothing dropped.

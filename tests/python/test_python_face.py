@@ -436,6 +436,75 @@ def test_meta_complex_rotary_is_replaced_and_verified():
     assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+def _reshape_for_broadcast(freqs_cis, x):
+    """Meta's: the [T, D/2] table viewed to broadcast over x's batch and heads; it asks x.ndim."""
+    return freqs_cis.view(*[d if i == 1 or i == x.ndim - 1 else 1 for i, d in enumerate(x.shape)])
+
+
+class _MetaTransformerRotary(_MetaRotary):
+    """Meta's apply_rotary_emb broadcasting its table with reshape_for_broadcast, in a forward
+    that assigns to an attribute as Meta's Transformer does (`self.freqs_cis =
+    self.freqs_cis.to(h.device)`; fx traces the module itself, so a proxy is assigned)."""
+
+    def __init__(self, dim, heads, seq_len):
+        super().__init__(dim, heads, seq_len)
+        self.gain = torch.ones(dim // heads)  # a plain tensor attribute
+
+    def forward(self, x):
+        self.gain = self.gain.to(x.device)
+        B, T, C = x.shape
+        xq = self.wq(x).view(B, T, self.heads, -1)
+        xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+        xq_out = torch.view_as_real(xq_ * _reshape_for_broadcast(self.freqs_cis[:T], xq_)).flatten(3).type_as(xq)
+        return xq_out.transpose(1, 2) * self.gain
+
+
+def test_a_forward_that_assigns_and_asks_ndim_traces_and_keeps_its_attributes():
+    model, x = _MetaTransformerRotary(32, 4, 8), torch.randn(2, 8, 32)
+    expected = model(x)
+    done = dict(opfuse.patch(model, (x,), lambda s: s.pow(2).mean()))
+    assert done.get("rotary_embedding") == 1, done
+    assert type(model.gain) is torch.Tensor  # not the proxy fx assigned while tracing
+    assert torch.allclose(model(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_verification_casts_a_complex_table_to_the_complex_type_of_its_precision():
+    """Module.to(float64) keeps only a complex buffer's real part: verification would then check a
+    rotary rewrite on a table of cosines alone."""
+    model = _MetaRotary(32, 4, 8)
+    table = model.freqs_cis.clone()
+    for dtype, complex_dtype in ((torch.float64, torch.complex128), (torch.float32, torch.complex64)):
+        cast = opfuse.workload._cast(copy.deepcopy(model), dtype)
+        assert cast.wq.weight.dtype == dtype and cast.freqs_cis.dtype == complex_dtype
+        assert torch.equal(cast.freqs_cis.to(torch.complex64), table)
+
+
+class _NormWithBroadcastWeight(nn.Module):
+    """RMSNorm without a cast, its weight [1, 1, D]: the fused op takes a 1-D weight, so the
+    replacement runs the composite, which must compute in x's dtype as the module does."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.eps = 1e-5
+        self.weight = nn.Parameter(torch.rand(1, 1, dim) + 0.5)
+
+    def forward(self, x):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def test_an_rms_norm_the_fused_op_cannot_take_is_replaced_by_a_composite_of_its_precision():
+    model = nn.Sequential(nn.Linear(16, 16), _NormWithBroadcastWeight(16), nn.Linear(16, 4))
+    x = torch.randn(2, 5, 16)
+    expected = model(x)
+    done = dict(opfuse.patch(model, (x,), lambda s: s.pow(2).mean()))
+    assert done.get("rms_norm") == 1, done  # verified in float64 too
+    assert torch.allclose(model(x), expected, rtol=1e-5, atol=1e-6)
+    x64 = torch.randn(3, 16, dtype=torch.float64)
+    norm = model[1]
+    reference = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-5) * norm.weight.double()
+    assert torch.allclose(norm.double()(x64), reference, rtol=1e-13, atol=0)
+
+
 def test_with_nothing_verified_the_baseline_is_still_measured(tmp_path):
     model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
     result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "none"), no_default_rules=True,
