@@ -234,18 +234,28 @@ def trace(module, call):
     signature = inspect.signature(forward)
     bound = signature.bind(module, *call.args, **call.kwargs)
     bound.apply_defaults()
-    concrete, inputs = {}, {}
+    concrete, inputs, fx_concrete = {}, {}, {}
     for name, value in list(bound.arguments.items())[1:]:
         kind = signature.parameters[name].kind
+        if kind == inspect.Parameter.VAR_KEYWORD and not value:
+            # Hugging Face's forwards take **kwargs and are called without any: traced without
+            # them (_traceable_class), and the graph runs only for calls that pass none.
+            concrete[name] = {}
+            continue
         if kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-            raise TypeError(f"forward takes *{name}")
+            raise TypeError(f"forward takes *{name}" if kind == inspect.Parameter.VAR_POSITIONAL
+                            else f"forward is called with **{name} ({', '.join(value)})")
+        if _is_tensor_tuple(value):  # Hugging Face's position_embeddings=(cos, sin)
+            inputs[name] = type(value)(t.clone() for t in value)
+            continue
         if not isinstance(value, torch.Tensor):
             if isinstance(value, (list, tuple, dict)) and _holds_tensor(value):
                 raise TypeError(f"argument '{name}' is a container of tensors")
-            concrete[name] = value
+            concrete[name] = fx_concrete[name] = value
         inputs[name] = value.clone() if isinstance(value, torch.Tensor) else value
     graphs, wrapped, was, specialised = {}, [], module.training, False
-    attributes = _attributes_of(module)
+    attributes, cls = _attributes_of(module), type(module)
+    module.__class__ = _traceable_class(cls, signature)
     try:
         for training in (True, False):
             module.training = training
@@ -256,7 +266,7 @@ def trace(module, call):
                         copy_of_module.train(training)
                         tracer = ValueTracer(copy_of_module, dict(inputs), autowrap_functions=tuple(wrapped))
                         try:
-                            graphs[training] = tracer.trace(module, concrete_args=dict(concrete))
+                            graphs[training] = tracer.trace(module, concrete_args=dict(fx_concrete))
                         finally:
                             _restore_attributes(attributes)
                     specialised = specialised or tracer.specialised
@@ -268,8 +278,42 @@ def trace(module, call):
                     wrapped.append(fn)
     finally:
         module.training = was
-    shapes = {n: tuple(v.shape) for n, v in inputs.items() if isinstance(v, torch.Tensor)} if specialised else {}
+        module.__class__ = cls
+    shapes = {n: _shape_of(v) for n, v in inputs.items() if _shape_of(v) is not None} if specialised else {}
     return graphs, concrete, shapes
+
+
+def _traceable_class(cls, signature):
+    """cls, or for a forward that takes **kwargs a subclass whose forward takes the same
+    parameters but that one and calls cls's: torch 1.13's fx rebuilds a code object for a
+    *args/**kwargs forward in a way Python 3.11 refuses ("code() argument 13 must be str")."""
+    kept = [p for p in signature.parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
+    if len(kept) == len(signature.parameters):
+        return cls
+    has_default = [p.default is not inspect.Parameter.empty for p in kept]
+    if (any(p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL) for p in kept)
+            or has_default != sorted(has_default)):
+        raise TypeError("forward takes **kwargs beside positional-only, * or out-of-order default parameters")
+    self_name, names = kept[0].name, [p.name for p in kept[1:]]
+    scope = {"original": cls.forward}
+    call = ", ".join([self_name] + [f"{n}={n}" for n in names])
+    exec(f"def forward({', '.join([self_name] + names)}):\n    return original({call})\n", scope)
+    forward = scope["forward"]
+    forward.__defaults__ = tuple(p.default for p in kept if p.default is not inspect.Parameter.empty) or None
+    return type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__})
+
+
+def _is_tensor_tuple(value):
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, torch.Tensor) for v in value)
+
+
+def _shape_of(value):
+    """A tensor's shape, or a tuple of tensors' shapes; None for anything else."""
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape)
+    if _is_tensor_tuple(value):
+        return tuple(tuple(v.shape) for v in value)
+    return None
 
 
 def _attributes_of(module):
@@ -313,6 +357,11 @@ class FusedForward:
         self.signature = inspect.signature(type(module).forward)
         self._code = {}
 
+    def _graph_arguments(self, bound):
+        """The values the graph takes, in order: all but an empty **kwargs, which it has no place for."""
+        return [v for k, v in bound.arguments.items()
+                if self.signature.parameters[k].kind != inspect.Parameter.VAR_KEYWORD]
+
     def compiled(self, training):
         if training not in self._code:
             code = self.graphs[training].python_code(root_module="self")
@@ -325,12 +374,10 @@ class FusedForward:
         m = self.module
         bound = self.signature.bind(m, *args, **kwargs)
         bound.apply_defaults()
-        values = list(bound.arguments.values())
         if all(_same(bound.arguments[k], v) for k, v in self.concrete.items()) and all(
-                isinstance(bound.arguments[k], torch.Tensor) and tuple(bound.arguments[k].shape) == v
-                for k, v in self.shapes.items()):
-            return self.compiled(m.training)(*values)
-        return type(m).forward(*values)
+                _shape_of(bound.arguments[k]) == v for k, v in self.shapes.items()):
+            return self.compiled(m.training)(*self._graph_arguments(bound))
+        return type(m).forward(m, *args, **kwargs)
 
     def __deepcopy__(self, memo):
         twin = FusedForward.__new__(FusedForward)

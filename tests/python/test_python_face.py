@@ -505,6 +505,61 @@ def test_an_rms_norm_the_fused_op_cannot_take_is_replaced_by_a_composite_of_its_
     assert torch.allclose(norm.double()(x64), reference, rtol=1e-13, atol=0)
 
 
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class _HfAttention(nn.Module):
+    """Hugging Face's current attention forward: position_embeddings=(cos, sin), a tuple, and
+    **kwargs, through which the decoder passes nothing here."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.q_proj, self.k_proj = nn.Linear(dim, dim, bias=False), nn.Linear(dim, dim, bias=False)
+
+    def forward(self, hidden_states, position_embeddings, attention_mask=None, **kwargs):
+        B, T, C = hidden_states.shape
+        q = self.q_proj(hidden_states).view(B, T, self.heads, -1).transpose(1, 2)
+        k = self.k_proj(hidden_states).view(B, T, self.heads, -1).transpose(1, 2)
+        cos, sin = position_embeddings
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        return q @ k.transpose(-1, -2)
+
+
+class _HfRotaryModel(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.attn = _HfAttention(dim, heads)
+        half = torch.arange(0, dim // heads, 2).float() / (dim // heads)
+        self.register_buffer("inv_freq", 1.0 / 10000 ** half)
+
+    def forward(self, x):
+        freqs = torch.outer(torch.arange(x.shape[1]).float(), self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return self.attn(x, position_embeddings=(emb.cos()[None], emb.sin()[None]))
+
+
+def test_hugging_face_position_embeddings_tuple_and_kwargs_trace():
+    model, x = _HfRotaryModel(32, 4), torch.randn(2, 8, 32)
+    expected = model(x)
+    done = dict(opfuse.patch(model, (x,), lambda s: s.pow(2).mean()))
+    assert done.get("rotary_embedding") == 2, done
+    with torch.autograd.profiler.profile() as prof:
+        got = model(x)
+    assert sum(e.name == "opfuse::rotary_embedding" for e in prof.function_events) == 2
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
+    # Calls the graph was not traced for run the module's own forward: other shapes in the tuple,
+    # or something passed through **kwargs.
+    other = torch.randn(2, 6, 32)
+    assert torch.allclose(model(other), _HfRotaryModel.forward(copy.deepcopy(model), other), rtol=1e-5, atol=1e-5)
+    cos_sin = (torch.randn(1, 8, 8), torch.randn(1, 8, 8))
+    assert torch.equal(model.attn(x, cos_sin, output_attentions=False), _HfAttention.forward(model.attn, x, cos_sin))
+
+
 def test_with_nothing_verified_the_baseline_is_still_measured(tmp_path):
     model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
     result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "none"), no_default_rules=True,
