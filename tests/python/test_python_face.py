@@ -425,15 +425,19 @@ class _MetaRotary(nn.Module):
         return xq_out.transpose(1, 2) @ xk_out.transpose(1, 2).transpose(-1, -2)
 
 
-def test_meta_complex_rotary_is_replaced_and_verified():
-    model, x = _MetaRotary(32, 4, 8), torch.randn(2, 8, 32)
+def _patch_expecting_rotary(model, x, places):
+    """Patches model, whose rotary chains must become `places` opfuse ops computing the same."""
     expected = model(x)
     done = dict(opfuse.patch(model, (x,), lambda s: s.pow(2).mean()))
-    assert done.get("rotary_embedding") == 2, done
+    assert done.get("rotary_embedding") == places, done
     with torch.autograd.profiler.profile() as prof:
         got = model(x)
-    assert sum(e.name == "opfuse::rotary_embedding" for e in prof.function_events) == 2
+    assert sum(e.name == "opfuse::rotary_embedding" for e in prof.function_events) == places
     assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_meta_complex_rotary_is_replaced_and_verified():
+    _patch_expecting_rotary(_MetaRotary(32, 4, 8), torch.randn(2, 8, 32), 2)
 
 
 def _reshape_for_broadcast(freqs_cis, x):
@@ -460,12 +464,9 @@ class _MetaTransformerRotary(_MetaRotary):
 
 
 def test_a_forward_that_assigns_and_asks_ndim_traces_and_keeps_its_attributes():
-    model, x = _MetaTransformerRotary(32, 4, 8), torch.randn(2, 8, 32)
-    expected = model(x)
-    done = dict(opfuse.patch(model, (x,), lambda s: s.pow(2).mean()))
-    assert done.get("rotary_embedding") == 1, done
+    model = _MetaTransformerRotary(32, 4, 8)
+    _patch_expecting_rotary(model, torch.randn(2, 8, 32), 1)
     assert type(model.gain) is torch.Tensor  # not the proxy fx assigned while tracing
-    assert torch.allclose(model(x), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_verification_casts_a_complex_table_to_the_complex_type_of_its_precision():
@@ -545,13 +546,7 @@ class _HfRotaryModel(nn.Module):
 
 def test_hugging_face_position_embeddings_tuple_and_kwargs_trace():
     model, x = _HfRotaryModel(32, 4), torch.randn(2, 8, 32)
-    expected = model(x)
-    done = dict(opfuse.patch(model, (x,), lambda s: s.pow(2).mean()))
-    assert done.get("rotary_embedding") == 2, done
-    with torch.autograd.profiler.profile() as prof:
-        got = model(x)
-    assert sum(e.name == "opfuse::rotary_embedding" for e in prof.function_events) == 2
-    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
+    _patch_expecting_rotary(model, x, 2)
     # Calls the graph was not traced for run the module's own forward: other shapes in the tuple,
     # or something passed through **kwargs.
     other = torch.randn(2, 6, 32)
