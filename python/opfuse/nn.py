@@ -8,6 +8,11 @@ class Fused(torch.nn.Module):
     """A replacement keeps the parameters and buffers of the module it replaces."""
 
     @classmethod
+    def cannot_take(cls, module):
+        """Why this replacement cannot take the module (which computes its chain), or None."""
+        return None
+
+    @classmethod
     def from_module(cls, module, ops=()):
         """ops: the module's recorded forward chain, for replacements that follow its dtypes."""
         fused = cls()
@@ -43,12 +48,21 @@ class RMSNorm(Fused):
     EPS_NAMES = ("eps", "variance_epsilon", "epsilon")
 
     @classmethod
+    def _eps_of(cls, module):
+        return next((getattr(module, n) for n in cls.EPS_NAMES if isinstance(getattr(module, n, None), float)), None)
+
+    @classmethod
+    def cannot_take(cls, module):
+        if cls._eps_of(module) is None:
+            return f"it holds no float eps under {', '.join(cls.EPS_NAMES)}"
+        if not isinstance(getattr(module, "weight", None), torch.nn.Parameter):
+            return "it has no weight parameter"
+        return None
+
+    @classmethod
     def from_module(cls, module, ops=()):
-        eps = next((getattr(module, n) for n in cls.EPS_NAMES if isinstance(getattr(module, n, None), float)), None)
-        if eps is None or not isinstance(getattr(module, "weight", None), torch.nn.Parameter):
-            return None
         fused = super().from_module(module)
-        fused.eps = eps
+        fused.eps = cls._eps_of(module)
         fused.in_float = bool(ops) and ops[0] in ("aten::to", "aten::_to_copy")
         return fused
 

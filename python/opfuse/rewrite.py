@@ -96,16 +96,18 @@ def set_submodule(model, path, module):
     setattr(model.get_submodule(parent) if parent else model, name, module)
 
 
-def swap_modules(model, rule, calls):
-    """Replaces each submodule that computes the rule's chain; returns how many."""
+def swap_modules(model, rule, calls, left):
+    """Replaces each submodule that computes the rule's chain; returns how many. One that the
+    replacement cannot take (it lacks an eps, a weight) goes into left {path: reason}."""
     cls = getattr(opfuse_nn, rule.python_module)
     swapped = 0
     for path, module in list(model.named_modules()):
         if path and computes(rule, path, module, calls):
-            fused = cls.from_module(module, calls[path].ops)
-            if fused is None:  # the module lacks what the fused one needs (an eps, a weight)
+            why = cls.cannot_take(module)
+            if why is not None:
+                left[path] = f"computes {rule.name}, but opfuse.nn.{cls.__name__} cannot take it: {why}"
                 continue
-            set_submodule(model, path, fused)
+            set_submodule(model, path, cls.from_module(module, calls[path].ops))
             swapped += 1
     return swapped
 
@@ -408,7 +410,7 @@ def _fused_rms_norm(module, rules, calls, path):
     if isinstance(module, opfuse_nn.RMSNorm):
         return module
     rms_norm = next((r for r in rules if r.name == "rms_norm"), None)
-    if rms_norm is None or not computes(rms_norm, path, module, calls):
+    if rms_norm is None or not computes(rms_norm, path, module, calls) or opfuse_nn.RMSNorm.cannot_take(module):
         return None
     return opfuse_nn.RMSNorm.from_module(module, calls[path].ops)
 

@@ -172,7 +172,7 @@ def make(native):
             """The rule's Python rewrites on this workload's model; returns the places changed."""
             places = 0
             if rule.python_module:
-                places += rewrite.swap_modules(self.model, rule, self.calls)
+                places += rewrite.swap_modules(self.model, rule, self.calls, self.not_traced)
             if rule.python_fx:
                 places += rewrite.rewrite_forwards(self.model, rule, self.rules, self.calls, self.not_traced)
             if rule.python_optimizer:

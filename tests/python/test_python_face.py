@@ -555,6 +555,25 @@ def test_hugging_face_position_embeddings_tuple_and_kwargs_trace():
     assert torch.equal(model.attn(x, cos_sin, output_attentions=False), _HfAttention.forward(model.attn, x, cos_sin))
 
 
+class _NormWithOtherEps(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.epsilon_value = 1e-5  # a name opfuse.nn.RMSNorm does not know
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.epsilon_value) * self.weight
+
+
+def test_a_module_the_replacement_cannot_take_is_reported_with_the_reason():
+    model = nn.Sequential(nn.Linear(8, 8), _NormWithOtherEps(8))
+    workload = opfuse.PythonWorkload(model, (torch.randn(3, 8),), lambda y: y.sum(), None, opfuse._rules(None))
+    rule = next(r for r in opfuse._rules(None) if r.name == "rms_norm")
+    assert workload.apply(rule) == 0
+    assert "holds no float eps under eps, variance_epsilon, epsilon" in workload.not_traced["1"]
+    assert isinstance(model[1], _NormWithOtherEps)
+
+
 def test_with_nothing_verified_the_baseline_is_still_measured(tmp_path):
     model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
     result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "none"), no_default_rules=True,
