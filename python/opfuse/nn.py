@@ -42,8 +42,8 @@ class RMSNorm(Fused):
 
     A module that normalises `x.float()` (its chain starts with a cast) computes in float32
     whatever x's dtype; so does its replacement: float32 and bfloat16 x take the fused op (float
-    arithmetic, one rounding), float64 x the module's own float32 composite, since there is no
-    float64 computation in it to fuse."""
+    arithmetic, one rounding), float64 x the module's own composite (all in float32 for Llama's;
+    T5's takes only the variance in float32), since there is no float64 computation to fuse."""
 
     EPS_NAMES = ("eps", "variance_epsilon", "epsilon")
 
@@ -63,11 +63,17 @@ class RMSNorm(Fused):
     def from_module(cls, module, ops=()):
         fused = super().from_module(module)
         fused.eps = cls._eps_of(module)
-        fused.in_float = bool(ops) and ops[0] in ("aten::to", "aten::_to_copy")
+        casts = [op in ("aten::to", "aten::_to_copy", "aten::type_as") for op in ops]
+        fused.in_float = bool(ops) and casts[0]
+        # T5's LayerNorm casts only what it takes the variance of (its one cast): x · rstd is in
+        # x's dtype, where Llama's (a second cast, back to x's dtype) is in float32.
+        fused.variance_in_float = fused.in_float and sum(casts) == 1
         return fused
 
     def forward(self, x):
         if getattr(self, "in_float", False) and x.dtype == torch.float64:
+            if getattr(self, "variance_in_float", False):
+                return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
             return functional.rms_norm_composite(x, None, self.eps, in_float=True) * self.weight
         return functional.rms_norm(x, self.weight, self.eps)
 

@@ -555,6 +555,28 @@ def test_hugging_face_position_embeddings_tuple_and_kwargs_trace():
     assert torch.equal(model.attn(x, cos_sin, output_attentions=False), _HfAttention.forward(model.attn, x, cos_sin))
 
 
+class _T5LayerNorm(nn.Module):
+    """T5's: only what the variance is taken of is cast to float32; x · rstd stays in x's dtype."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.variance_epsilon = 1e-6
+        self.weight = nn.Parameter(torch.rand(dim) + 0.5)
+
+    def forward(self, hidden_states):
+        variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+
+def test_t5_layer_norm_is_replaced_with_its_float64_numerics_kept():
+    model = nn.Sequential(nn.Linear(16, 16), _T5LayerNorm(16), nn.Linear(16, 4))
+    reference = copy.deepcopy(model[1]).double()
+    done = dict(opfuse.patch(model, (torch.randn(2, 5, 16),), lambda s: s.pow(2).mean()))
+    assert done.get("rms_norm") == 1, done  # verified in float64 too
+    x64 = torch.randn(3, 16, dtype=torch.float64)
+    assert torch.equal(model[1].double()(x64), reference(x64))
+
+
 class _NormWithOtherEps(nn.Module):
     def __init__(self, dim):
         super().__init__()
