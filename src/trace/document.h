@@ -28,7 +28,7 @@ struct Document {
   // and whether there was one.
   bool has_origin = false;
   int64_t origin_us = 0;
-  TopLevel top;
+  TopLevel top{};
   int64_t entries = 0;           // entries read from "traceEvents" arrays, usable or not
 };
 

@@ -174,7 +174,9 @@ TEST(Machine, SiblingRanksAreNotOtherLoad) {
   const double sibling_s = (to_with.own_cpu_s - from_with.own_cpu_s) - (to_without.own_cpu_s - from_without.own_cpu_s);
   EXPECT_GT(sibling_s, 0.01);
   EXPECT_LE(with.others_share, without.others_share + 1e-9) << with.others_share << " " << without.others_share;
-  if (without.others_share > 0 && without.others_share < 1) EXPECT_LT(with.others_share, without.others_share);
+  if (without.others_share > 0 && without.others_share < 1) {
+    EXPECT_LT(with.others_share, without.others_share);
+  }
 }
 
 TEST(Interleave, RanksStopInTheSameRound) {

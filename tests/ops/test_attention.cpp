@@ -30,8 +30,8 @@ double rtol_for(at::ScalarType t) {
 struct Case {
   at::Tensor q, k, v;
   bool causal = false;
-  c10::optional<at::Tensor> mask;
-  c10::optional<double> scale;
+  c10::optional<at::Tensor> mask{};
+  c10::optional<double> scale{};
 };
 
 // The float64 composite: its output and its gradients for the output gradient dout; keep (when

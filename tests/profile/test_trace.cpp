@@ -91,7 +91,9 @@ TEST(Trace, IsKinetoLayoutWithSaneTimesAndNesting) {
   for (const auto& e : ev) {
     EXPECT_GE(double(e["dur"]), 0.0) << e.dump();
     EXPECT_TRUE(e["cat"] == "cpu_op" || e["cat"] == "user_annotation") << e.dump();
-    if (e["cat"] == "cpu_op") EXPECT_TRUE(e["args"].contains("Input Dims") && e["args"].contains("Input type"));
+    if (e["cat"] == "cpu_op") {
+      EXPECT_TRUE(e["args"].contains("Input Dims") && e["args"].contains("Input type"));
+    }
     const std::string name = e["name"];
     if (name.rfind("ProfilerStep#", 0) == 0) steps.insert(name);
   }
