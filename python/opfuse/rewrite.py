@@ -236,7 +236,7 @@ def trace(module, call):
     signature = inspect.signature(forward)
     bound = signature.bind(module, *call.args, **call.kwargs)
     bound.apply_defaults()
-    concrete, inputs, fx_concrete = {}, {}, {}
+    concrete, inputs = {}, {}
     for name, value in list(bound.arguments.items())[1:]:
         kind = signature.parameters[name].kind
         if kind == inspect.Parameter.VAR_KEYWORD and not value:
@@ -253,10 +253,12 @@ def trace(module, call):
         if not isinstance(value, torch.Tensor):
             if isinstance(value, (list, tuple, dict)) and _holds_tensor(value):
                 raise TypeError(f"argument '{name}' is a container of tensors")
-            concrete[name] = fx_concrete[name] = value
+            concrete[name] = value
         inputs[name] = value.clone() if isinstance(value, torch.Tensor) else value
     graphs, wrapped, was, specialised = {}, [], module.training, False
     attributes, cls = _attributes_of(module), type(module)
+    # the graph's arguments held at their values: all but **kwargs, which the traced forward lacks
+    fx_concrete = {k: v for k, v in concrete.items() if signature.parameters[k].kind != inspect.Parameter.VAR_KEYWORD}
     module.__class__ = _traceable_class(cls, signature)
     try:
         for training in (True, False):
