@@ -5,15 +5,17 @@ Two kinds, both on data flow rather than on class names:
   replaced by the rule's opfuse.nn module, which keeps its parameters and buffers;
 - chains written inside a forward are rewritten with torch.fx: each module is traced on its own
   with its submodules as leaves, once per training mode, with the non-tensor arguments it was
-  called with held fixed. The rewritten graphs replace that module's forward only for calls with
-  those arguments; any other call runs the original forward. A module that does not trace is
-  listed with the reason and left as it was.
+  called with held fixed (and the tensors' shapes, dtypes and devices, where the forward asks
+  them). A call with other ones gets its own graphs, traced and rewritten alike when it first comes
+  (FusedForward). A module that does not trace is listed with the reason and left as it was.
 """
 import ast
 import builtins
 import copy
+import functools
 import inspect
 import types
+import warnings
 
 import torch
 import torch.fx as fx
@@ -142,7 +144,8 @@ def _untraceable_callee(error, forward):
 class ValueProxy(Proxy):
     """A proxy that answers shape questions with the recorded call's numbers: x.size(), x.shape,
     x.dim(), x.ndim, len(x) and unpacking (`B, T, C = x.size()`, `q, k, v = y.split(n, 2)`), which
-    plain fx cannot trace (and on Python 3.11, torch 1.13's fx cannot unpack at all)."""
+    plain fx cannot trace (and on Python 3.11, torch 1.13's fx cannot unpack at all), and x.dtype
+    and x.device. A graph that asked any is specialised to the call's tensors."""
 
     def _value(self):
         value = self.tracer.values.get(self.node)
@@ -165,6 +168,22 @@ class ValueProxy(Proxy):
     def ndim(self):
         return self._value().dim()
 
+    # dtype and device are answered where the value is a known tensor (Hugging Face's
+    # torch.finfo(h.dtype), Meta's torch.full(..., device=tokens.device) need real ones); else they
+    # stay values in the graph, as plain fx makes them.
+    @property
+    def dtype(self):
+        return self._attribute("dtype")
+
+    @property
+    def device(self):
+        return self._attribute("device")
+
+    def _attribute(self, name):
+        if isinstance(self.tracer.values.get(self.node), torch.Tensor):
+            return getattr(self._value(), name)
+        return self.__getattr__(name)
+
     def __len__(self):
         return len(self._value())
 
@@ -172,10 +191,16 @@ class ValueProxy(Proxy):
         return iter([self[i] for i in range(len(self._value()))])
 
 
+# torch's functions that make a tensor from numbers alone (ValueTracer._factory)
+TENSOR_FACTORIES = ("arange", "as_tensor", "empty", "eye", "full", "linspace", "logspace", "ones", "rand", "randint",
+                    "randn", "randperm", "tensor", "zeros")
+
+
 class ValueTracer(LeafTracer):
     """Traces a module with its recorded call's values beside the proxies: each node is also run,
     on a copy of the module (so running it changes nothing; the random state is restored after),
-    and shape questions get numbers. A graph that asked is specialised to the recorded shapes."""
+    and shape, dtype and device questions get answers. A graph that asked is specialised to the
+    call's tensor shapes, dtypes and devices."""
 
     proxy_buffer_attributes = True  # self.bias[:, :, :T, :T] stays a graph node, not a constant
 
@@ -186,6 +211,26 @@ class ValueTracer(LeafTracer):
 
     def proxy(self, node):
         return ValueProxy(node, self)
+
+    def trace(self, root, concrete_args=None):
+        originals = {name: getattr(torch, name) for name in TENSOR_FACTORIES}
+        for name, fn in originals.items():
+            setattr(torch, name, self._factory(fn))
+        try:
+            return super().trace(root, concrete_args)
+        finally:
+            for name, fn in originals.items():
+                setattr(torch, name, fn)
+
+    def _factory(self, fn):
+        """fn as a graph node even when every argument is known (the shape and dtype answered):
+        plain fx would run it once and keep the tensor as a constant, a random mask drawn once."""
+
+        @functools.wraps(fn)
+        def factory(*args, **kwargs):
+            return fn(*args, **kwargs) if self.running else self.create_proxy("call_function", fn, args, kwargs)
+
+        return factory
 
     def call_module(self, m, forward, args, kwargs):
         return forward(*args, **kwargs) if self.running else super().call_module(m, forward, args, kwargs)
@@ -228,13 +273,12 @@ class ValueTracer(LeafTracer):
         return self.values.get(a.node) if isinstance(a, Proxy) else a
 
 
-def trace(module, call):
-    """({training: fx.Graph}, concrete, shapes) for the module's own forward, or raises with the
-    reason it does not trace. Arguments that are not tensors are held at their recorded values;
-    shapes are the tensor arguments' recorded shapes when the graph is specialised to them."""
-    forward = type(module).forward
-    signature = inspect.signature(forward)
-    bound = signature.bind(module, *call.args, **call.kwargs)
+def _split_arguments(module, args, kwargs):
+    """(concrete, inputs) of a call of the module's forward: the arguments that are not tensors
+    (held at their values in a graph) and the values fx traces with, tensors cloned; raises for a
+    call fx cannot take."""
+    signature = inspect.signature(type(module).forward)
+    bound = signature.bind(module, *args, **kwargs)
     bound.apply_defaults()
     concrete, inputs = {}, {}
     for name, value in list(bound.arguments.items())[1:]:
@@ -248,13 +292,24 @@ def trace(module, call):
             raise TypeError(f"forward takes *{name}" if kind == inspect.Parameter.VAR_POSITIONAL
                             else f"forward is called with **{name} ({', '.join(value)})")
         if _is_tensor_tuple(value):  # Hugging Face's position_embeddings=(cos, sin)
-            inputs[name] = type(value)(t.clone() for t in value)
+            inputs[name] = type(value)(t.detach().clone() for t in value)
             continue
         if not isinstance(value, torch.Tensor):
             if isinstance(value, (list, tuple, dict)) and _holds_tensor(value):
                 raise TypeError(f"argument '{name}' is a container of tensors")
             concrete[name] = value
-        inputs[name] = value.clone() if isinstance(value, torch.Tensor) else value
+        inputs[name] = value.detach().clone() if isinstance(value, torch.Tensor) else value
+    return concrete, inputs
+
+
+def trace(module, args, kwargs):
+    """({training: fx.Graph}, concrete, specialised) for the module's own forward called with these
+    arguments, or raises with the reason it does not trace. Arguments that are not tensors are held
+    at their values (concrete); specialised: the graphs also hold the tensor arguments' shapes,
+    dtypes or devices, which the forward asked."""
+    forward = type(module).forward
+    signature = inspect.signature(forward)
+    concrete, inputs = _split_arguments(module, args, kwargs)
     graphs, wrapped, was, specialised = {}, [], module.training, False
     attributes, cls = _attributes_of(module), type(module)
     # the graph's arguments held at their values: all but **kwargs, which the traced forward lacks
@@ -283,8 +338,7 @@ def trace(module, call):
     finally:
         module.training = was
         module.__class__ = cls
-    shapes = {n: _shape_of(v) for n, v in inputs.items() if _shape_of(v) is not None} if specialised else {}
-    return graphs, concrete, shapes
+    return graphs, concrete, specialised
 
 
 def _traceable_class(cls, signature):
@@ -309,15 +363,6 @@ def _traceable_class(cls, signature):
 
 def _is_tensor_tuple(value):
     return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, torch.Tensor) for v in value)
-
-
-def _shape_of(value):
-    """A tensor's shape, or a tuple of tensors' shapes; None for anything else."""
-    if isinstance(value, torch.Tensor):
-        return tuple(value.shape)
-    if _is_tensor_tuple(value):
-        return tuple(tuple(v.shape) for v in value)
-    return None
 
 
 def _attributes_of(module):
@@ -351,49 +396,146 @@ def _same(a, b):
         return False
 
 
+def _signature_of(value):
+    """What a specialised graph holds of a tensor argument (its shape, dtype and device), or of a
+    tuple of tensors; None for anything else."""
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape), value.dtype, value.device
+    if _is_tensor_tuple(value):
+        return tuple(_signature_of(v) for v in value)
+    return None
+
+
+# Graphs a module's forward keeps, one per set of arguments that specialises it (a sequence length,
+# a dtype, a start position): a model called with ever new ones runs its original forward past this.
+MAX_SPECIALISATIONS = 8
+
+
+class _Specialisation:
+    """The rewritten graphs for calls with these non-tensor arguments and, when specialised,
+    these tensor signatures (None: any); graphs None where the forward did not trace for them."""
+
+    def __init__(self, concrete, signatures, graphs):
+        self.concrete, self.signatures, self.graphs, self.code = concrete, signatures, graphs, {}
+
+    def fits(self, arguments):
+        return all(_same(arguments[k], v) for k, v in self.concrete.items()) and (
+            self.signatures is None or all(_signature_of(arguments[k]) == v for k, v in self.signatures.items()))
+
+    def compiled(self, training):
+        if training not in self.code:
+            code = self.graphs[training].python_code(root_module="self")
+            scope = dict(code.globals)
+            exec(code.src, scope)
+            self.code[training] = scope["forward"]
+        return self.code[training]
+
+
 class FusedForward:
     """A module's forward replaced by rewritten fx graphs (one per training mode), for calls whose
-    non-tensor arguments (and, for a graph specialised to them, tensor shapes) are those it was
-    traced with; any other call runs the original."""
+    non-tensor arguments (and, for graphs that asked them, tensor shapes, dtypes and devices) are
+    those they were traced with. A call with other ones has its own graphs traced and rewritten by
+    the patterns applied so far the first time it comes, up to MAX_SPECIALISATIONS; past that, or
+    where the forward does not trace, the original forward runs (with a warning, once)."""
 
-    def __init__(self, module, graphs, concrete, shapes):
-        self.module, self.graphs, self.concrete, self.shapes = module, graphs, concrete, shapes
+    def __init__(self, module, path):
+        self.module, self.path = module, path
         self.signature = inspect.signature(type(module).forward)
-        self._code = {}
+        self.patterns = []  # (pattern, replacement, outputs), in the order they were applied
+        self.kinds = set()  # (kind, submodule) pairs the patterns matched: a retrace matches these
+        self.specialisations = []
+        self.warned = False
+
+    @property
+    def graphs(self):
+        """The graphs of the call the module was first traced with."""
+        return self.specialisations[0].graphs
+
+    def specialise(self, args, kwargs):
+        """Traces the forward for a call with these arguments, rewritten by the patterns applied so
+        far; raises where it does not trace (the failure is kept: such calls run the original)."""
+        bound = self._bind(args, kwargs)
+        try:
+            graphs, concrete, specialised = trace(self.module, args, kwargs)
+        except Exception:
+            concrete = {k: v for k, v in bound.arguments.items() if _signature_of(v) is None and k != "self"}
+            self._keep(_Specialisation(concrete, self._signatures(bound.arguments), None))
+            raise
+        kept = _Specialisation(concrete, self._signatures(bound.arguments) if specialised else None, graphs)
+        ctx = _MatchedKinds(self.kinds)
+        for source in self.patterns:
+            pattern = _compiled_pattern(*source)
+            for graph in graphs.values():
+                pattern.rewrite(graph, ctx)
+        self._keep(kept)
+        return kept
+
+    def _keep(self, specialisation):
+        if len(self.specialisations) < MAX_SPECIALISATIONS:
+            self.specialisations.append(specialisation)
+        elif not self.warned:
+            self.warned = True
+            warnings.warn(f"opfuse: {self.path or 'the model'} has been called with more than {MAX_SPECIALISATIONS} "
+                          "argument shapes or values; calls with new ones run its original, unfused forward",
+                          RuntimeWarning)
+
+    def rewrite(self, patterns, ctx):
+        """Applies the patterns to every graph kept; returns the places replaced in the first call's."""
+        counts = [{training: sum(p.rewrite(g, ctx) for p in patterns) for training, g in s.graphs.items()}
+                  for s in self.specialisations if s.graphs is not None]
+        replaced = counts[0].get(True, 0) or counts[0].get(False, 0)
+        if replaced:
+            self.patterns.extend((p.source, p.replacement, p.output_names) for p in patterns)
+            self.kinds |= ctx.matched
+            for s in self.specialisations:
+                s.code = {}
+        return replaced
+
+    def _bind(self, args, kwargs):
+        bound = self.signature.bind(self.module, *args, **kwargs)
+        bound.apply_defaults()
+        return bound
+
+    def _signatures(self, arguments):
+        return {k: _signature_of(v) for k, v in arguments.items() if _signature_of(v) is not None}
 
     def _graph_arguments(self, bound):
         """The values the graph takes, in order: all but an empty **kwargs, which it has no place for."""
         return [v for k, v in bound.arguments.items()
                 if self.signature.parameters[k].kind != inspect.Parameter.VAR_KEYWORD]
 
-    def compiled(self, training):
-        if training not in self._code:
-            code = self.graphs[training].python_code(root_module="self")
-            scope = dict(code.globals)
-            exec(code.src, scope)
-            self._code[training] = scope["forward"]
-        return self._code[training]
-
     def __call__(self, *args, **kwargs):
         m = self.module
-        bound = self.signature.bind(m, *args, **kwargs)
-        bound.apply_defaults()
-        if all(_same(bound.arguments[k], v) for k, v in self.concrete.items()) and all(
-                _shape_of(bound.arguments[k]) == v for k, v in self.shapes.items()):
-            return self.compiled(m.training)(*self._graph_arguments(bound))
+        bound = self._bind(args, kwargs)
+        found = next((s for s in self.specialisations if s.fits(bound.arguments)), None)
+        if found is None and len(self.specialisations) < MAX_SPECIALISATIONS:
+            try:
+                found = self.specialise(args, kwargs)
+            except Exception as e:
+                warnings.warn(f"opfuse: {self.path or 'the model'} does not trace for this call, which runs its "
+                              f"original forward: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                              RuntimeWarning)
+        elif found is None:
+            self._keep(None)  # past the limit: warns once
+        if found is not None and found.graphs is not None:
+            return found.compiled(m.training)(*self._graph_arguments(bound))
         return type(m).forward(m, *args, **kwargs)
 
     def __deepcopy__(self, memo):
         twin = FusedForward.__new__(FusedForward)
         memo[id(self)] = twin
+        twin.__dict__.update(self.__dict__)
         twin.module = copy.deepcopy(self.module, memo)
-        twin.graphs = {k: copy.deepcopy(g, memo) for k, g in self.graphs.items()}
-        twin.concrete, twin.shapes, twin.signature, twin._code = self.concrete, self.shapes, self.signature, dict(self._code)
+        twin.patterns, twin.kinds = list(self.patterns), set(self.kinds)
+        twin.specialisations = [
+            _Specialisation(s.concrete, s.signatures,
+                            None if s.graphs is None else {k: copy.deepcopy(g, memo) for k, g in s.graphs.items()})
+            for s in self.specialisations]
         return twin
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_code"] = {}
+        state["specialisations"] = [_Specialisation(s.concrete, s.signatures, s.graphs) for s in self.specialisations]
         return state
 
 
@@ -461,7 +603,7 @@ class FxPattern:
     returns a tuple, the pattern's value first and these after it, in order."""
 
     def __init__(self, pattern, replacement, outputs=()):
-        self.source, self.replacement = pattern, replacement
+        self.source, self.replacement, self.output_names = pattern, replacement, tuple(outputs)
         namespace = self._namespace()
         tree = ast.parse(pattern, mode="eval")
         # `u := expr` names a value the pattern uses more than once (the pairs of x.unbind(-1)):
@@ -614,10 +756,12 @@ class _LeafCalls:
 
 
 class _MatchContext:
-    """What a pattern's submodule kinds are checked against: the module being rewritten."""
+    """What a pattern's submodule kinds are checked against: the module being rewritten. Remembers
+    the (kind, submodule) pairs replaced, which a retrace of the forward matches again."""
 
     def __init__(self, root, root_path, rules, calls):
         self.root, self.root_path, self.rules, self.calls = root, root_path, rules, calls
+        self.matched = set()
 
     def _path(self, target):
         return f"{self.root_path}.{target}" if self.root_path else target
@@ -626,35 +770,50 @@ class _MatchContext:
         return MODULE_KINDS[kind](self.root.get_submodule(target), self.rules, self.calls, self._path(target))
 
     def use_fused_form(self, kind, target):
+        self.matched.add((kind, target))
         if kind in FUSED_FORM:
             fused = FUSED_FORM[kind](self.root.get_submodule(target), self.rules, self.calls, self._path(target))
             set_submodule(self.root, target, fused)
 
 
+class _MatchedKinds:
+    """The context of a retrace (FusedForward.specialise): a submodule is of a kind where the first
+    trace's rewrite found it so, and is already in its fused form."""
+
+    def __init__(self, matched):
+        self.matched = matched
+
+    def is_kind(self, kind, target):
+        return (kind, target) in self.matched
+
+    def use_fused_form(self, kind, target):
+        pass
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_pattern(pattern, replacement, outputs):
+    return FxPattern(pattern, replacement, outputs)
+
+
 def rewrite_forwards(model, rule, rules, calls, not_traced):
     """Applies the rule's fx pairs to every user module's forward; returns how many chains were
     replaced. Modules that do not trace go into not_traced {path: reason}."""
-    patterns = [FxPattern(p.pattern, p.replacement, p.outputs) for p in rule.python_fx]
+    patterns = [_compiled_pattern(p.pattern, p.replacement, tuple(p.outputs)) for p in rule.python_fx]
     replaced = 0
     for path, module in list(model.named_modules()):
         call = calls.get(path)
         if is_library_leaf(module) or call is None:
             continue
         fused = module.__dict__.get("forward")
-        if isinstance(fused, FusedForward):
-            graphs, concrete, shapes = fused.graphs, fused.concrete, fused.shapes
-        else:
+        if not isinstance(fused, FusedForward):
+            fused = FusedForward(module, path)
             try:
-                graphs, concrete, shapes = trace(module, call)
+                fused.specialise(call.args, call.kwargs)
             except Exception as e:
                 not_traced[path or "(model)"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 continue
-        ctx = _MatchContext(module, path, rules, calls)
-        counts = {training: sum(p.rewrite(g, ctx) for p in patterns) for training, g in graphs.items()}
-        if any(counts.values()):
-            replaced += counts.get(True, 0) or counts.get(False, 0)
-            if not isinstance(fused, FusedForward):
-                module.forward = FusedForward(module, graphs, concrete, shapes)
-            else:
-                fused._code = {}
+        count = fused.rewrite(patterns, _MatchContext(module, path, rules, calls))
+        if count:
+            replaced += count
+            module.forward = fused
     return replaced

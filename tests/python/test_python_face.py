@@ -544,15 +544,76 @@ class _HfRotaryModel(nn.Module):
         return self.attn(x, position_embeddings=(emb.cos()[None], emb.sin()[None]))
 
 
+def _rotary_ops_run(module, *args):
+    with torch.autograd.profiler.profile() as prof:
+        out = module(*args)
+    return out, sum(e.name == "opfuse::rotary_embedding" for e in prof.function_events)
+
+
 def test_hugging_face_position_embeddings_tuple_and_kwargs_trace():
     model, x = _HfRotaryModel(32, 4), torch.randn(2, 8, 32)
     _patch_expecting_rotary(model, x, 2)
-    # Calls the graph was not traced for run the module's own forward: other shapes in the tuple,
-    # or something passed through **kwargs.
-    other = torch.randn(2, 6, 32)
-    assert torch.allclose(model(other), _HfRotaryModel.forward(copy.deepcopy(model), other), rtol=1e-5, atol=1e-5)
+    # Something passed through **kwargs: the module's own forward runs.
     cos_sin = (torch.randn(1, 8, 8), torch.randn(1, 8, 8))
-    assert torch.equal(model.attn(x, cos_sin, output_attentions=False), _HfAttention.forward(model.attn, x, cos_sin))
+    with pytest.warns(RuntimeWarning, match=r"attn does not trace for this call.*output_attentions"):
+        assert torch.equal(model.attn(x, cos_sin, output_attentions=False), _HfAttention.forward(model.attn, x, cos_sin))
+
+
+def test_a_call_at_another_length_gets_its_own_fused_graphs_up_to_a_limit():
+    """The graph asked T of its input: a call at another T is traced and rewritten alike when it
+    first comes, computing what the original does; past MAX_SPECIALISATIONS the original runs."""
+    model, x = _HfRotaryModel(32, 4), torch.randn(2, 8, 32)
+    reference = copy.deepcopy(model)
+    _patch_expecting_rotary(model, x, 2)
+    limit = opfuse.rewrite.MAX_SPECIALISATIONS
+    for T in range(9, 9 + limit - 1):
+        other = torch.randn(2, T, 32)
+        got, fused = _rotary_ops_run(model, other)
+        assert fused == 2, T
+        assert torch.allclose(got, reference(other), rtol=1e-5, atol=1e-5)
+    assert len(model.attn.forward.specialisations) == limit
+    other = torch.randn(3, 5, 32)
+    with pytest.warns(RuntimeWarning, match=f"attn has been called with more than {limit}"):
+        got, fused = _rotary_ops_run(model, other)
+    assert fused == 0 and torch.allclose(got, reference(other), rtol=1e-5, atol=1e-5)
+    twin = copy.deepcopy(model)  # the copy keeps its own graphs
+    assert torch.allclose(twin(x), reference(x), rtol=1e-5, atol=1e-5)
+    assert len(twin.attn.forward.specialisations) == limit
+
+
+class _AsksDtypeAndDevice(nn.Module):
+    """Hugging Face's additive mask from torch.finfo(x.dtype).min, Meta's torch.full(...,
+    device=x.device), and a random keep mask drawn with x's shape and dtype, beside a Swish."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(3, 3)
+
+    def forward(self, x):
+        x = self.proj(x)
+        T = x.shape[1]
+        mask = torch.full((T, T), torch.finfo(x.dtype).min, dtype=x.dtype, device=x.device).triu(1)
+        keep = (torch.rand(x.shape[0], 1, 1, dtype=x.dtype, device=x.device) > 0.3).to(x.dtype)
+        s = (x @ x.transpose(1, 2)).clamp(min=-1e4) + mask
+        return s * torch.sigmoid(s) * keep
+
+
+def test_a_forward_that_asks_dtype_and_device_traces_per_dtype_and_keeps_its_random_draws():
+    model, x = _AsksDtypeAndDevice(), torch.randn(4, 5, 3)
+    reference = copy.deepcopy(model)
+    done = dict(opfuse.patch(model, (x,), lambda s: s.clamp(min=-1).pow(2).mean()))
+    assert done.get("silu") == 1, done
+    torch.manual_seed(2)
+    first = model(x)
+    torch.manual_seed(3)  # the keep mask is drawn at each call, not held from the trace
+    assert not torch.equal(model(x), first)
+    for dtype in (torch.float32, torch.float64):  # finfo(float64).min in float64's graph
+        model.to(dtype), reference.to(dtype)
+        torch.manual_seed(1)
+        got = model(x.to(dtype))
+        torch.manual_seed(1)
+        assert torch.allclose(got, reference(x.to(dtype)), rtol=1e-6, atol=0), dtype
+    assert len(model.forward.specialisations) == 2
 
 
 class _T5LayerNorm(nn.Module):
