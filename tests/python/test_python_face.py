@@ -638,6 +638,31 @@ def test_t5_layer_norm_is_replaced_with_its_float64_numerics_kept():
     assert torch.equal(model[1].double()(x64), reference(x64))
 
 
+class _WeightFirstNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.eps = 1e-6
+        self.weight = nn.Parameter(torch.rand(dim) + 0.5)
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+class _DividingNorm(_WeightFirstNorm):
+    def forward(self, x):
+        return x / torch.sqrt(torch.mean(x ** 2, dim=-1, keepdim=True) + self.eps) * self.weight
+
+
+@pytest.mark.parametrize("norm", [_WeightFirstNorm, _DividingNorm])
+def test_rms_norm_spellings_are_swapped_and_compute_the_same(norm):
+    model = nn.Sequential(nn.Linear(16, 16), norm(16), nn.Linear(16, 4))
+    reference = copy.deepcopy(model)
+    x = torch.randn(3, 5, 16)
+    assert dict(opfuse.patch(model, (x,), lambda s: s.pow(2).mean())).get("rms_norm") == 1
+    assert isinstance(model[1], opfuse.nn.RMSNorm)
+    assert torch.allclose(model(x), reference(x), rtol=1e-5, atol=1e-6)
+
+
 class _NormWithOtherEps(nn.Module):
     def __init__(self, dim):
         super().__init__()
