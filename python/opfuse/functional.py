@@ -189,6 +189,16 @@ def rotate_half_chain(x, cos, sin, half=None):
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
+def rotate_every_two_chain(x, cos, sin):
+    """GPT-J's x·cos + rotate_every_two(x)·sin, given what the fx pattern bound: the interleaved
+    pairs (x[2i], x[2i + 1]) rotated, rotate_every_two(x) = stack((−x[..., 1::2], x[..., ::2]),
+    −1).flatten(−2), the tables a value per element (repeat_interleave'd). The fused op where it
+    takes the tables, the chain itself otherwise."""
+    if x.dim() >= 1 and x.shape[-1] % 2 == 0 and _rotary_applies(x, cos, sin):
+        return torch.ops.opfuse.rotary_embedding(x, cos, sin, True)
+    return x * cos + torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2) * sin
+
+
 def real_pairs_chain(x, cos, sin, shape, start):
     """llama2.c's interleaved rotation in real arithmetic, given what the fx pattern bound: x.float()
     viewed as `shape` and unbound into pairs, rotated by cos and sin, stacked, flattened from dim
@@ -242,12 +252,17 @@ def attention_composite(q, k, v, causal=False, scale=None, attn_mask=None, dropo
 def attention_chain(q, kt, v, scale, zero_masked, additive, dropout, in_float=False):
     """The attention chain a model wrote by hand, given what the fx pattern bound: the scores
     q @ kt · scale, masked where zero_masked == 0 (minGPT's tril buffer) or plus the additive mask
-    (llama2.c's), softmax (in float32 when in_float: llama2.c's `.float()` … `.type_as(q)`), the
-    dropout module (if any), @ v. A mask that is exactly causal becomes causal=True, so the tiles
-    above the diagonal are skipped. float64 input to an in_float chain runs the chain itself: its
-    float32 softmax is the numerics to keep (as nn.RMSNorm's in_float)."""
+    (llama2.c's, Hugging Face's), softmax (in float32 when in_float: llama2.c's `.float()` …
+    `.type_as(q)`, Hugging Face's `softmax(…, dtype=torch.float32).to(q.dtype)`), dropout (a
+    dropout module, the probability F.dropout was called with in training, or None), @ v. A mask
+    that is exactly causal becomes causal=True, so the tiles above the diagonal are skipped.
+    float64 input to an in_float chain runs the chain itself: its float32 softmax is the numerics
+    to keep (as nn.RMSNorm's in_float)."""
     k = kt.transpose(-2, -1)
-    p = dropout.p if dropout is not None and dropout.training else 0.0
+    if isinstance(dropout, (int, float)):
+        p = float(dropout)
+    else:
+        p = dropout.p if dropout is not None and dropout.training else 0.0
     if in_float and q.dtype == torch.float64:
         s = torch.matmul(q, kt) * scale
         s = s.masked_fill(zero_masked == 0, float("-inf")) if zero_masked is not None else s + additive
@@ -268,7 +283,8 @@ _causal_masks = {}
 
 def _is_causal(mask, T, S, additive):
     """Whether the [.., T, S] mask is the causal one: additive 0 on and below the diagonal and
-    −inf above, or non-zero exactly on and below it. Remembered per mask memory and version (the
+    −inf (or its dtype's lowest, Hugging Face's finfo.min) above, or non-zero exactly on and below
+    it. Each row keeps its diagonal, so exp(lowest − max) is 0 as exp(−inf) is. Remembered per mask memory and version (the
     cache holds the tensor, so its memory cannot be reused for another mask meanwhile)."""
     if mask.shape[-2:] != (T, S) or any(n != 1 for n in mask.shape[:-2]):
         return False
@@ -279,7 +295,9 @@ def _is_causal(mask, T, S, additive):
         m = mask.reshape(T, S)
         above = torch.ones(T, S, dtype=torch.bool, device=m.device).triu(1)
         if additive:
-            causal = bool((m[above] == float("-inf")).all()) and bool((m[~above] == 0).all())
+            masked = m[above]
+            lowest = torch.finfo(m.dtype).min if m.is_floating_point() else float("-inf")
+            causal = bool(((masked == float("-inf")) | (masked == lowest)).all()) and bool((m[~above] == 0).all())
         else:
             causal = bool((m[above] == 0).all()) and bool((m[~above] != 0).all())
         _causal_masks[key] = (mask, causal)

@@ -639,10 +639,11 @@ class FxPattern:
         return {"torch": torch, "F": F, "opfuse": functional, "_named": None, **{k: None for k in MODULE_KINDS}}
 
     # Matching: the pattern's output node anchored on a graph node, arguments matched backwards.
-    # A placeholder binds a value node, or a number or shape the forward computed while it was
-    # traced (llama2.c's `/ math.sqrt(self.head_dim)`, its `reshape(xq.shape[:-1] + (-1, 2))`).
+    # A placeholder binds a value node, or a constant the forward computed while it was traced:
+    # a number or shape (llama2.c's `/ math.sqrt(self.head_dim)`, its `reshape(xq.shape[:-1] +
+    # (-1, 2))`), a flag (`training=self.training`) or a dtype (`.to(query_states.dtype)`).
     def _match(self, p, t, env, ctx):
-        if p.op == "placeholder" and _is_number_or_shape(t):
+        if p.op == "placeholder" and _is_constant(t):
             if p not in env:
                 yield {**env, p: t}
             elif _same(env[p], t):
@@ -661,18 +662,19 @@ class FxPattern:
             if env[p] is t:
                 yield env
             return
-        if t in env.values() or len(p.args) != len(t.args):
+        if t in env.values() or len(p.args) != len(t.args) or set(p.kwargs) != set(t.kwargs):
             return
         if p.op == "call_module":
             if t.op != "call_module" or not ctx.is_kind(p.target, t.target):
                 return
-        elif op_name(p) is None or op_name(p) != op_name(t) or _constant_kwargs(p) != _constant_kwargs(t):
+        elif op_name(p) is None or op_name(p) != op_name(t):
             return
         orders = [p.args]
         if op_name(p) in COMMUTATIVE and len(p.args) == 2:
             orders.append(p.args[::-1])
+        keywords = [(p.kwargs[k], t.kwargs[k]) for k in sorted(p.kwargs)]  # F.dropout(x, p=dp, training=tr)
         for args in orders:
-            yield from self._match_args(list(zip(args, t.args)), {**env, p: t}, ctx)
+            yield from self._match_args(list(zip(args, t.args)) + keywords, {**env, p: t}, ctx)
 
     def _match_args(self, pairs, env, ctx):
         if not pairs:
@@ -734,14 +736,10 @@ class FxPattern:
         return count
 
 
-def _is_number_or_shape(value):
+def _is_constant(value):
     if isinstance(value, (list, tuple)):
         return all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _constant_kwargs(node):
-    return {k: v for k, v in node.kwargs.items() if not isinstance(v, fx.Node)}
+    return isinstance(value, (int, float, bool, torch.dtype))
 
 
 class _LeafCalls:

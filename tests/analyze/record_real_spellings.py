@@ -1,6 +1,7 @@
 """Records forward + backward of small modules spelled as real model code spells them (Hugging Face
 Llama's RMSNorm and rotate_half, llama2.c's RMSNorm and real-arithmetic RoPE, Meta's complex RoPE,
-RMSNorm as mean(x*x) and pow(-0.5), minGPT's NewGELU and attention with dropout, SwiGLU three ways)
+GPT-J's rotate_every_two, RMSNorm as mean(x*x), pow(-0.5) and x / sqrt(…), minGPT's NewGELU and
+attention with dropout, Hugging Face's eager attention, SwiGLU three ways)
 with torch's profiler, one Chrome trace per module: the fixtures under
 tests/data/traces/real_spellings/ (gzipped). Debian's torch 1.13 has no Kineto, so these are the
 legacy profiler's traces: whole µs, no shapes.
@@ -44,6 +45,10 @@ class PowHalfFloatRMSNorm(nn.Module):
         xf = x.float()
         return (xf * (xf.pow(2).mean(-1, keepdim=True) + 1e-6).pow(-0.5)).type_as(x) * s.weight
 
+class DivRMSNorm(nn.Module):  # x / sqrt(mean(x²) + eps)
+    def __init__(s): super().__init__(); s.weight = nn.Parameter(torch.ones(D))
+    def forward(s, x): return x / torch.sqrt(torch.mean(x ** 2, dim=-1, keepdim=True) + 1e-6) * s.weight
+
 def rotate_half(x):
     x1 = x[..., : x.shape[-1] // 2]; x2 = x[..., x.shape[-1] // 2 :]
     return torch.cat((-x2, x1), dim=-1)
@@ -72,6 +77,16 @@ class MetaRope(nn.Module):
         xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3)
         return xq_out.type_as(xq), xk_out.type_as(xk)
 
+def rotate_every_two(x):  # GPT-J's
+    x1 = x[:, :, :, ::2]; x2 = x[:, :, :, 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+class GptJRope(nn.Module):
+    def forward(s, q, k, sin, cos):
+        sin = torch.repeat_interleave(sin[:, :, None, :], 2, 3)
+        cos = torch.repeat_interleave(cos[:, :, None, :], 2, 3)
+        return q * cos + rotate_every_two(q) * sin, k * cos + rotate_every_two(k) * sin
+
 class NewGELU(nn.Module):
     def forward(s, x): return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
@@ -99,6 +114,13 @@ class MinGPTAttn(nn.Module):
         att = s.drop(att)
         return att @ v
 
+class HFEagerAttn(nn.Module):  # transformers' LlamaAttention (4.36), eager
+    def forward(s, q, k, v, mask):
+        w = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(q.shape[-1])
+        w = nn.functional.softmax(w + mask, dim=-1, dtype=torch.float32).to(q.dtype)
+        w = nn.functional.dropout(w, p=0.0, training=s.training)
+        return torch.matmul(w, v)
+
 def x(*shape): return torch.randn(*shape, dtype=dt, requires_grad=True)
 
 freqs = torch.outer(torch.arange(T).float(), 1.0 / (10000.0 ** (torch.arange(0, D, 2).float() / D)))
@@ -108,14 +130,18 @@ cases = {
     "meansq_rms_norm": (MeanSqRMSNorm(), lambda: (x(B, T, D),)),
     "powhalf_rms_norm": (PowHalfRMSNorm(), lambda: (x(B, T, D),)),
     "powhalf_float_rms_norm": (PowHalfFloatRMSNorm(), lambda: (x(B, T, D),)),
+    "div_rms_norm": (DivRMSNorm(), lambda: (x(B, T, D),)),
     "hf_rope": (HFRope(), lambda: (x(B, H, T, D), x(B, H, T, D), torch.cat((freqs, freqs), -1).cos().to(dt), torch.cat((freqs, freqs), -1).sin().to(dt))),
     "l2c_rope": (L2CRope(), lambda: (x(B, T, H, D), x(B, T, H, D), freqs.cos().view(1, T, 1, D // 2), freqs.sin().view(1, T, 1, D // 2))),
     "meta_rope": (MetaRope(), lambda: (x(B, T, H, D), x(B, T, H, D), torch.polar(torch.ones_like(freqs), freqs).view(1, T, 1, D // 2))),
+    "gptj_rope": (GptJRope(), lambda: (x(B, T, H, D), x(B, T, H, D), freqs.sin().to(dt)[None], freqs.cos().to(dt)[None])),
     "new_gelu": (NewGELU(), lambda: (x(B, T, D),)),
     "swiglu_mlp": (SwiGLU(), lambda: (x(B, T, D),)),
     "silu_mul": (SiluMul(), lambda: (x(B, T, D), x(B, T, D))),
     "chunk_swiglu": (ChunkSwiGLU(), lambda: (x(B, T, 2 * D),)),
     "mingpt_attention": (MinGPTAttn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D))),
+    "hf_eager_attention": (HFEagerAttn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D),
+                                                   torch.full((T, T), torch.finfo(dt).min, dtype=dt).triu(1))),
 }
 out = sys.argv[2] if len(sys.argv) > 2 else "."
 for name, (mod, make) in cases.items():

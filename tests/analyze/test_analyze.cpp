@@ -459,6 +459,10 @@ TEST(Rules, RealSpellingsForwardAndBackwardAreClaimedWhole) {
       {"rms_norm", "pow-mean-add-pow-mul-mul"},
       {"rms_norm", "pow-mean-add-pow-to-mul-mul"},
       {"rms_norm", "to-pow-mean-add-pow-mul-type_as-mul"},
+      // x / sqrt(mean(x²) + eps) * weight
+      {"rms_norm", "pow-mean-add-sqrt-div-mul"},
+      {"rms_norm", "MulBackward0-torch::autograd::AccumulateGrad-DivBackward0-SqrtBackward0-AddBackward0-"
+                   "MeanBackward1-PowBackward0"},
       {"rms_norm", "MulBackward0-torch::autograd::AccumulateGrad-ToCopyBackward0-MulBackward0-PowBackward0-"
                    "AddBackward0-MeanBackward1-PowBackward0-ToCopyBackward0"},
       // a Llama block's residual add before llama2.c's norm (h = x + r; norm(h)); in the backward
@@ -489,6 +493,11 @@ TEST(Rules, RealSpellingsForwardAndBackwardAreClaimedWhole) {
                            "MulBackward0-MulBackward0-AddBackward0-MulBackward0-MulBackward0-SubBackward0-MulBackward0-"
                            "MulBackward0-UnbindBackward0-ReshapeAliasBackward0-ToCopyBackward0-UnbindBackward0-"
                            "ReshapeAliasBackward0-ToCopyBackward0"},
+      // GPT-J's rotate_every_two: x[:, :, :, 1::2] and x[:, :, :, ::2], a slice per index
+      {"rotary_embedding", "mul-slice-slice-slice-slice-slice-slice-slice-slice-neg-stack-flatten-mul-add"},
+      {"rotary_embedding", "AddBackward0-MulBackward0-ReshapeAliasBackward0-StackBackward0-NegBackward0-"
+                           "SliceBackward0-SliceBackward0-SliceBackward0-SliceBackward0-SliceBackward0-"
+                           "SliceBackward0-SliceBackward0-SliceBackward0-MulBackward0"},
       // Meta's complex form
       {"rotary_embedding", "to-reshape-view_as_complex-to-reshape-view_as_complex-mul-view_as_real-flatten-mul-"
                            "view_as_real-flatten-type_as-type_as"},
@@ -523,7 +532,9 @@ TEST(Rules, RealTracesOfEachSpellingFindForwardAndBackward) {
       {"new_gelu.bfloat16", "gelu_tanh"},          {"chunk_swiglu.bfloat16", "swiglu"},
       {"swiglu_mlp.bfloat16", "swiglu"},           {"hf_rope.bfloat16", "rotary_embedding"},
       {"l2c_rope.bfloat16", "rotary_embedding"},   {"meta_rope.bfloat16", "rotary_embedding"},
-      {"meta_rope.float32", "rotary_embedding"},   {"mingpt_attention.bfloat16", "attention"}};
+      {"meta_rope.float32", "rotary_embedding"},   {"mingpt_attention.bfloat16", "attention"},
+      {"div_rms_norm.bfloat16", "rms_norm"},       {"gptj_rope.bfloat16", "rotary_embedding"},
+      {"hf_eager_attention.bfloat16", "attention"}};
   for (const auto& [name, rule] : cases) {
     SCOPED_TRACE(name);
     const std::string path = OPFUSE_TEST_DATA "/traces/real_spellings/" + name + ".legacy.json.gz";
@@ -532,8 +543,10 @@ TEST(Rules, RealTracesOfEachSpellingFindForwardAndBackward) {
     for (const auto& f : a.findings) rules += f.rule + "; ";
     ASSERT_EQ(a.findings.size(), 1u) << rules;
     EXPECT_EQ(a.findings[0].rule, rule);
-    // rotate_half's forward and backward for q and for k; the others one chain each way
-    EXPECT_EQ(a.findings[0].occurrences, name.rfind("hf_rope", 0) == 0 ? 4 : 2);
+    // rotate_half's and rotate_every_two's forward and backward for q and for k; the others one
+    // chain each way
+    const bool q_and_k_apart = name.rfind("hf_rope", 0) == 0 || name.rfind("gptj_rope", 0) == 0;
+    EXPECT_EQ(a.findings[0].occurrences, q_and_k_apart ? 4 : 2);
   }
 }
 

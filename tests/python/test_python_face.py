@@ -2,6 +2,7 @@
 module rewrites, and bad input. Numerics are checked against float64 on fresh random data."""
 import copy
 import json
+import math
 import os
 import random
 import sys
@@ -351,18 +352,88 @@ def test_llama_attention_is_replaced_with_its_float_softmax_kept_for_float64(tmp
     assert torch.allclose(out, ref, atol=1e-6)
 
 
+class _HfEagerAttention(nn.Module):
+    """Hugging Face's LlamaAttention (4.36) eager path, no rotary: scores / sqrt(head_dim) + mask,
+    softmax(dtype=float32).to(q.dtype), F.dropout, @ v."""
+    def __init__(self, dim, heads, dropout=0.0, scaling=False):
+        super().__init__()
+        self.heads, self.head_dim, self.attention_dropout, self.scaling = heads, dim // heads, dropout, scaling
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+        bsz, q_len, _ = hidden_states.size()
+        q = self.q_proj(hidden_states).view(bsz, q_len, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(hidden_states).view(bsz, q_len, self.heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(hidden_states).view(bsz, q_len, self.heads, self.head_dim).transpose(1, 2)
+        if self.scaling:
+            attn_weights = torch.matmul(q, k.transpose(2, 3)) * self.head_dim ** -0.5
+        else:
+            attn_weights = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)
+        if attention_mask is not None:
+            attn_weights = attn_weights + attention_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(q.dtype)
+        attn_weights = nn.functional.dropout(attn_weights, p=self.attention_dropout, training=self.training)
+        attn_output = torch.matmul(attn_weights, v)
+        attn_output = attn_output.transpose(1, 2).contiguous().reshape(bsz, q_len, -1)
+        attn_output = self.o_proj(attn_output)
+        if not output_attentions:
+            attn_weights = None
+        return attn_output, attn_weights
+
+class _HfEagerModel(nn.Module):
+    def __init__(self, dim=32, heads=4, **kw):
+        super().__init__()
+        self.attn = _HfEagerAttention(dim, heads, **kw)
+    def forward(self, x):
+        T = x.shape[1]
+        mask = torch.full((T, T), torch.finfo(x.dtype).min, dtype=x.dtype, device=x.device).triu(1)[None, None]
+        out, _ = self.attn(x, attention_mask=mask)
+        return out
+
+
+def _opfuse_ops_run(module, *args):
+    with torch.autograd.profiler.profile() as prof:
+        out = module(*args)
+    return out, sorted({e.name for e in prof.function_events if e.name.startswith("opfuse::")})
+
+
+@pytest.mark.parametrize("scaling", [False, True])
+def test_hugging_face_eager_attention_is_replaced_with_its_mask_found_causal(scaling):
+    model, x = _HfEagerModel(scaling=scaling), torch.randn(2, 8, 32)
+    reference = copy.deepcopy(model)
+    assert dict(opfuse.patch(model, (x,), lambda s: s.pow(2).mean())).get("attention") == 1
+    got, ran = _opfuse_ops_run(model, x)
+    assert "opfuse::attention" in ran
+    assert torch.allclose(got, reference(x), rtol=1e-5, atol=1e-6)
+    # finfo(dtype).min above the diagonal is the causal mask: the op skips those tiles
+    mask = torch.full((8, 8), torch.finfo(torch.float32).min).triu(1)
+    assert opfuse.functional._is_causal(mask, 8, 8, additive=True)
+    assert not opfuse.functional._is_causal(mask.tril(-1), 8, 8, additive=True)
+    # F.dropout's probability reaches the op in training only
+    q = torch.randn(1, 2, 8, 4)
+    torch.manual_seed(0)
+    dropped = opfuse.functional.attention_chain(q, q.transpose(-2, -1), q, 0.5, None, mask, 0.9, True)
+    kept = opfuse.functional.attention_chain(q, q.transpose(-2, -1), q, 0.5, None, mask, 0.0, True)
+    assert not torch.allclose(dropped, kept)
+
+
+def _rotary_ops_run(module, *args):
+    """module(*args) and how many opfuse::rotary_embedding calls it made (torch 1.13's profiler
+    now and then also records the call the autograd kernel makes inside: not counted)."""
+    with torch.autograd.profiler.profile() as prof:
+        out = module(*args)
+    return out, sum(e.name == "opfuse::rotary_embedding" and not (e.cpu_parent and e.cpu_parent.name == e.name)
+                    for e in prof.function_events)
+
+
 def test_llama_rotary_embedding_is_replaced_and_computes_the_same(tmp_path):
     """llama2.c's real-arithmetic RoPE on interleaved pairs, per layer for q and k."""
     model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
     reference = opfuse.rewrite.copy_model(model)
     done = dict(opfuse.patch(model, inputs, loss))
     assert done.get("rotary_embedding") == 4, done  # 2 layers × (q, k)
-    with torch.autograd.profiler.profile() as prof:
-        b = model(*inputs)
-    # torch 1.13's profiler now and then also records the call the autograd kernel makes inside.
-    ran = [e.name for e in prof.function_events if e.name == "opfuse::rotary_embedding"
-           and not (e.cpu_parent and e.cpu_parent.name == e.name)]
-    assert len(ran) == 4, ran  # float32: the fused op, not the chain
+    b, ran = _rotary_ops_run(model, *inputs)
+    assert ran == 4  # float32: the fused op, not the chain
     assert torch.allclose(reference(*inputs), b, rtol=1e-5, atol=1e-6)
 
 
@@ -392,15 +463,63 @@ def test_rotate_half_spellings_are_replaced_and_verified():
     expected = model(x, cos, sin)
     done = dict(opfuse.patch(model, (x, cos, sin), lambda s: s.pow(2).mean()))
     assert done.get("rotary_embedding") == 2, done
-    with torch.autograd.profiler.profile() as prof:
-        got = model(x, cos, sin)
-    assert sum(e.name == "opfuse::rotary_embedding" for e in prof.function_events) == 2
+    got, ran = _rotary_ops_run(model, x, cos, sin)
+    assert ran == 2
     assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
     # A cut that is not D/2 is not the rotate-half pairing: the chain runs as written.
     y = torch.randn(2, 6)
     c, s = torch.randn(2, 6), torch.randn(2, 6)
     written = y * c + torch.cat((-y[..., 2:], y[..., :2]), dim=-1) * s
     assert torch.equal(opfuse.functional.rotate_half_chain(y, c, s, 2), written)
+
+
+def _rotate_every_two(x):
+    x1 = x[:, :, :, ::2]
+    x2 = x[:, :, :, 1::2]
+    x = torch.stack((-x2, x1), dim=-1)
+    return x.flatten(-2)
+
+def _gptj_rotary(tensor, sin, cos):
+    sin = torch.repeat_interleave(sin[:, :, None, :], 2, 3)
+    cos = torch.repeat_interleave(cos[:, :, None, :], 2, 3)
+    return (tensor * cos) + (_rotate_every_two(tensor) * sin)
+
+class _GptJAttention(nn.Module):
+    """Hugging Face's GPT-J attention's rotary part: q and k [B, T, H, D], a partial rotary_dim."""
+    def __init__(self, dim, heads, rotary_dim, max_pos=64):
+        super().__init__()
+        self.heads, self.rotary_dim = heads, rotary_dim
+        self.q_proj, self.k_proj = nn.Linear(dim, dim, bias=False), nn.Linear(dim, dim, bias=False)
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, rotary_dim, 2) / rotary_dim))
+        sinusoid = torch.einsum("i , j -> i j", torch.arange(max_pos).float(), inv_freq).float()
+        self.register_buffer("embed_positions", torch.cat((torch.sin(sinusoid), torch.cos(sinusoid)), dim=1))
+
+    def forward(self, hidden_states, position_ids):
+        B, T, C = hidden_states.shape
+        query = self.q_proj(hidden_states).view(B, T, self.heads, -1)
+        key = self.k_proj(hidden_states).view(B, T, self.heads, -1)
+        sincos = self.embed_positions[position_ids]
+        sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
+        k_rot, k_pass = key[:, :, :, : self.rotary_dim], key[:, :, :, self.rotary_dim :]
+        q_rot, q_pass = query[:, :, :, : self.rotary_dim], query[:, :, :, self.rotary_dim :]
+        k_rot = _gptj_rotary(k_rot, sin, cos)
+        q_rot = _gptj_rotary(q_rot, sin, cos)
+        key = torch.cat([k_rot, k_pass], dim=-1).transpose(1, 2)
+        query = torch.cat([q_rot, q_pass], dim=-1).transpose(1, 2)
+        return query @ key.transpose(-1, -2)
+
+def test_gpt_j_rotate_every_two_is_replaced_and_verified():
+    model, x = _GptJAttention(32, 2, 8), torch.randn(2, 8, 32)
+    positions = torch.arange(8)[None].expand(2, 8)
+    reference = copy.deepcopy(model)
+    assert dict(opfuse.patch(model, (x, positions), lambda s: s.pow(2).mean())).get("rotary_embedding") == 2
+    got, fused = _rotary_ops_run(model, x, positions)
+    assert fused == 2
+    assert torch.allclose(got, reference(x, positions), rtol=1e-5, atol=1e-5)
+    # the ellipsis spelling, and a table the op cannot take (it asks for a gradient): the chain
+    y, c, s = torch.randn(3, 6), torch.randn(3, 6), torch.randn(3, 6, requires_grad=True)
+    written = y * c + torch.stack((-y[..., 1::2], y[..., ::2]), dim=-1).flatten(-2) * s
+    assert torch.equal(opfuse.functional.rotate_every_two_chain(y, c, s), written)
 
 
 class _MetaRotary(nn.Module):
@@ -430,9 +549,8 @@ def _patch_expecting_rotary(model, x, places):
     expected = model(x)
     done = dict(opfuse.patch(model, (x,), lambda s: s.pow(2).mean()))
     assert done.get("rotary_embedding") == places, done
-    with torch.autograd.profiler.profile() as prof:
-        got = model(x)
-    assert sum(e.name == "opfuse::rotary_embedding" for e in prof.function_events) == places
+    got, ran = _rotary_ops_run(model, x)
+    assert ran == places
     assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -542,12 +660,6 @@ class _HfRotaryModel(nn.Module):
         freqs = torch.outer(torch.arange(x.shape[1]).float(), self.inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         return self.attn(x, position_embeddings=(emb.cos()[None], emb.sin()[None]))
-
-
-def _rotary_ops_run(module, *args):
-    with torch.autograd.profiler.profile() as prof:
-        out = module(*args)
-    return out, sum(e.name == "opfuse::rotary_embedding" for e in prof.function_events)
 
 
 def test_hugging_face_position_embeddings_tuple_and_kwargs_trace():
