@@ -14,6 +14,7 @@ import builtins
 import copy
 import functools
 import inspect
+import keyword
 import types
 import warnings
 
@@ -273,24 +274,38 @@ class ValueTracer(LeafTracer):
         return self.values.get(a.node) if isinstance(a, Proxy) else a
 
 
-def _split_arguments(module, args, kwargs):
-    """(concrete, inputs) of a call of the module's forward: the arguments that are not tensors
-    (held at their values in a graph) and the values fx traces with, tensors cloned; raises for a
-    call fx cannot take."""
-    signature = inspect.signature(type(module).forward)
-    bound = signature.bind(module, *args, **kwargs)
+# The flat arguments' entry naming the keys a call passed through **kwargs (sorted): a graph is
+# traced for, and runs, calls with those keys only.
+KEYWORDS = "**"
+
+
+def _flat_arguments(signature, args, kwargs):
+    """A call's arguments by parameter name (defaults applied, `self` left out), those passed
+    through **kwargs by their own keys after them, sorted, and under KEYWORDS those keys."""
+    bound = signature.bind(None, *args, **kwargs)
     bound.apply_defaults()
-    concrete, inputs = {}, {}
+    flat = {}
     for name, value in list(bound.arguments.items())[1:]:
-        kind = signature.parameters[name].kind
-        if kind == inspect.Parameter.VAR_KEYWORD and not value:
-            # Hugging Face's forwards take **kwargs and are called without any: traced without
-            # them (_traceable_class), and the graph runs only for calls that pass none.
-            concrete[name] = {}
+        if signature.parameters[name].kind == inspect.Parameter.VAR_KEYWORD:
+            flat.update((k, value[k]) for k in sorted(value))
+            flat[KEYWORDS] = tuple(sorted(value))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _split_arguments(signature, args, kwargs):
+    """(concrete, inputs) of a call of a forward: the arguments that are not tensors (held at
+    their values in a graph) and the values fx traces with, tensors cloned; raises for a call fx
+    cannot take."""
+    concrete, inputs = {}, {}
+    for name, value in _flat_arguments(signature, args, kwargs).items():
+        parameter = signature.parameters.get(name)
+        if name == KEYWORDS:
+            concrete[name] = value
             continue
-        if kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-            raise TypeError(f"forward takes *{name}" if kind == inspect.Parameter.VAR_POSITIONAL
-                            else f"forward is called with **{name} ({', '.join(value)})")
+        if parameter is not None and parameter.kind == inspect.Parameter.VAR_POSITIONAL:
+            raise TypeError(f"forward takes *{name}")
         if _is_tensor_tuple(value):  # Hugging Face's position_embeddings=(cos, sin)
             inputs[name] = type(value)(t.detach().clone() for t in value)
             continue
@@ -309,12 +324,11 @@ def trace(module, args, kwargs):
     dtypes or devices, which the forward asked."""
     forward = type(module).forward
     signature = inspect.signature(forward)
-    concrete, inputs = _split_arguments(module, args, kwargs)
+    concrete, inputs = _split_arguments(signature, args, kwargs)
     graphs, wrapped, was, specialised = {}, [], module.training, False
     attributes, cls = _attributes_of(module), type(module)
-    # the graph's arguments held at their values: all but **kwargs, which the traced forward lacks
-    fx_concrete = {k: v for k, v in concrete.items() if signature.parameters[k].kind != inspect.Parameter.VAR_KEYWORD}
-    module.__class__ = _traceable_class(cls, signature)
+    fx_concrete = {k: v for k, v in concrete.items() if k != KEYWORDS}  # the graph's arguments held at their values
+    module.__class__ = _traceable_class(cls, signature, concrete.get(KEYWORDS, ()))
     try:
         for training in (True, False):
             module.training = training
@@ -341,10 +355,11 @@ def trace(module, args, kwargs):
     return graphs, concrete, specialised
 
 
-def _traceable_class(cls, signature):
+def _traceable_class(cls, signature, keys):
     """cls, or for a forward that takes **kwargs a subclass whose forward takes the same
-    parameters but that one and calls cls's: torch 1.13's fx rebuilds a code object for a
-    *args/**kwargs forward in a way Python 3.11 refuses ("code() argument 13 must be str")."""
+    parameters but that one, then the call's **kwargs keys as parameters of their own, and calls
+    cls's with them: torch 1.13's fx rebuilds a code object for a *args/**kwargs (or keyword-only)
+    forward in a way Python 3.11 refuses ("code() argument 13 must be str")."""
     kept = [p for p in signature.parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
     if len(kept) == len(signature.parameters):
         return cls
@@ -353,11 +368,15 @@ def _traceable_class(cls, signature):
             or has_default != sorted(has_default)):
         raise TypeError("forward takes **kwargs beside positional-only, * or out-of-order default parameters")
     self_name, names = kept[0].name, [p.name for p in kept[1:]]
+    odd = [k for k in keys if not k.isidentifier() or keyword.iskeyword(k) or k in ("original", self_name)]
+    if odd:
+        raise TypeError(f"forward is called with **kwargs key {odd[0]!r}, which cannot be a parameter")
     scope = {"original": cls.forward}
-    call = ", ".join([self_name] + [f"{n}={n}" for n in names])
-    exec(f"def forward({', '.join([self_name] + names)}):\n    return original({call})\n", scope)
+    call = ", ".join([self_name] + [f"{n}={n}" for n in names + list(keys)])
+    exec(f"def forward({', '.join([self_name] + names + list(keys))}):\n    return original({call})\n", scope)
     forward = scope["forward"]
-    forward.__defaults__ = tuple(p.default for p in kept if p.default is not inspect.Parameter.empty) or None
+    defaults = [p.default for p in kept if p.default is not inspect.Parameter.empty] + [None] * len(keys)
+    forward.__defaults__ = tuple(defaults) or None
     return type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__})
 
 
@@ -418,9 +437,10 @@ class _Specialisation:
     def __init__(self, concrete, signatures, graphs):
         self.concrete, self.signatures, self.graphs, self.code = concrete, signatures, graphs, {}
 
-    def fits(self, arguments):
-        return all(_same(arguments[k], v) for k, v in self.concrete.items()) and (
-            self.signatures is None or all(_signature_of(arguments[k]) == v for k, v in self.signatures.items()))
+    def fits(self, flat):
+        if any(k not in flat or not _same(flat[k], v) for k, v in self.concrete.items()):
+            return False
+        return self.signatures is None or all(_signature_of(flat.get(k)) == v for k, v in self.signatures.items())
 
     def compiled(self, training):
         if training not in self.code:
@@ -454,14 +474,14 @@ class FusedForward:
     def specialise(self, args, kwargs):
         """Traces the forward for a call with these arguments, rewritten by the patterns applied so
         far; raises where it does not trace (the failure is kept: such calls run the original)."""
-        bound = self._bind(args, kwargs)
+        flat = _flat_arguments(self.signature, args, kwargs)
         try:
             graphs, concrete, specialised = trace(self.module, args, kwargs)
         except Exception:
-            concrete = {k: v for k, v in bound.arguments.items() if _signature_of(v) is None and k != "self"}
-            self._keep(_Specialisation(concrete, self._signatures(bound.arguments), None))
+            concrete = {k: v for k, v in flat.items() if _signature_of(v) is None}
+            self._keep(_Specialisation(concrete, self._signatures(flat), None))
             raise
-        kept = _Specialisation(concrete, self._signatures(bound.arguments) if specialised else None, graphs)
+        kept = _Specialisation(concrete, self._signatures(flat) if specialised else None, graphs)
         ctx = _MatchedKinds(self.kinds)
         for source in self.patterns:
             pattern = _compiled_pattern(*source)
@@ -491,23 +511,18 @@ class FusedForward:
                 s.code = {}
         return replaced
 
-    def _bind(self, args, kwargs):
-        bound = self.signature.bind(self.module, *args, **kwargs)
-        bound.apply_defaults()
-        return bound
-
     def _signatures(self, arguments):
         return {k: _signature_of(v) for k, v in arguments.items() if _signature_of(v) is not None}
 
-    def _graph_arguments(self, bound):
-        """The values the graph takes, in order: all but an empty **kwargs, which it has no place for."""
-        return [v for k, v in bound.arguments.items()
-                if self.signature.parameters[k].kind != inspect.Parameter.VAR_KEYWORD]
+    @staticmethod
+    def _graph_arguments(flat):
+        """The values the graph takes, in order (_traceable_class's for a forward with **kwargs)."""
+        return [v for k, v in flat.items() if k != KEYWORDS]
 
     def __call__(self, *args, **kwargs):
         m = self.module
-        bound = self._bind(args, kwargs)
-        found = next((s for s in self.specialisations if s.fits(bound.arguments)), None)
+        flat = _flat_arguments(self.signature, args, kwargs)
+        found = next((s for s in self.specialisations if s.fits(flat)), None)
         if found is None and len(self.specialisations) < MAX_SPECIALISATIONS:
             try:
                 found = self.specialise(args, kwargs)
@@ -518,7 +533,7 @@ class FusedForward:
         elif found is None:
             self._keep(None)  # past the limit: warns once
         if found is not None and found.graphs is not None:
-            return found.compiled(m.training)(*self._graph_arguments(bound))
+            return found.compiled(m.training)(m, *self._graph_arguments(flat))
         return type(m).forward(m, *args, **kwargs)
 
     def __deepcopy__(self, memo):

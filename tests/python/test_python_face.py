@@ -665,10 +665,17 @@ class _HfRotaryModel(nn.Module):
 def test_hugging_face_position_embeddings_tuple_and_kwargs_trace():
     model, x = _HfRotaryModel(32, 4), torch.randn(2, 8, 32)
     _patch_expecting_rotary(model, x, 2)
-    # Something passed through **kwargs: the module's own forward runs.
+    # What Hugging Face ≥ 4.48 passes through **kwargs (flags, a tensor): a graph of its own
     cos_sin = (torch.randn(1, 8, 8), torch.randn(1, 8, 8))
-    with pytest.warns(RuntimeWarning, match=r"attn does not trace for this call.*output_attentions"):
-        assert torch.equal(model.attn(x, cos_sin, output_attentions=False), _HfAttention.forward(model.attn, x, cos_sin))
+    positions = torch.arange(8)[None]
+    for kwargs in ({"output_attentions": False}, {"use_cache": False, "position_ids": positions}):
+        got, fused = _rotary_ops_run(lambda: model.attn(x, cos_sin, **kwargs))
+        assert fused == 2, kwargs
+        assert torch.allclose(got, _HfAttention.forward(model.attn, x, cos_sin), rtol=1e-5, atol=1e-6)
+    # a key that cannot be a parameter, or a container of tensors: the module's own forward runs
+    for kwargs in ({"class": 1}, {"extra": {"ids": positions}}):
+        with pytest.warns(RuntimeWarning, match=r"attn does not trace for this call"):
+            assert torch.equal(model.attn(x, cos_sin, **kwargs), _HfAttention.forward(model.attn, x, cos_sin))
 
 
 def test_a_call_at_another_length_gets_its_own_fused_graphs_up_to_a_limit():
