@@ -123,6 +123,21 @@ def linear_cross_entropy(h, weight, target, ignore_index=-100, reduction="mean",
     return _cross_entropy_rows(F.linear(h, weight), target, ignore_index, reduction, label_smoothing)
 
 
+def cross_entropy_chain(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0, weight=None):
+    """F.cross_entropy as a forward called it, given what the fx pattern bound: the fused op for
+    rows of classes (logits [N, V], class indices [N]) without class weights; F.cross_entropy
+    itself otherwise (the classes at dim 1 of [N, C, d…], probabilities as targets, weights)."""
+    if weight is None and logits.dim() == 2 and target.dim() == 1 and not target.is_floating_point():
+        return cross_entropy(logits, target, ignore_index, reduction, label_smoothing)
+    return F.cross_entropy(logits, target, weight=weight, ignore_index=ignore_index, reduction=reduction,
+                           label_smoothing=label_smoothing)
+
+
+def cross_entropy_loss_module(logits, target, loss):
+    """A torch.nn.CrossEntropyLoss module's call, its options read from it (cross_entropy_chain)."""
+    return cross_entropy_chain(logits, target, loss.ignore_index, loss.reduction, loss.label_smoothing, loss.weight)
+
+
 def _loss_applies(x, target):
     return (x.dtype in (torch.float32, torch.float64, torch.bfloat16) and x.dim() >= 1
             and target.dtype == torch.int64 and target.device.type == "cpu" and target.shape == x.shape[:-1])

@@ -580,6 +580,7 @@ MODULE_KINDS = {
     "silu_module": _is_silu_module,
     "dropout_module": lambda module, rules, calls, path: isinstance(module, torch.nn.Dropout),
     "rms_norm_module": lambda module, rules, calls, path: _fused_rms_norm(module, rules, calls, path) is not None,
+    "cross_entropy_module": lambda module, rules, calls, path: isinstance(module, torch.nn.CrossEntropyLoss),
 }
 
 # Kinds whose submodule the replacement takes in its fused form: it is put in place of the user's
@@ -605,8 +606,8 @@ class _PatternTracer(fx.Tracer):
 
 
 def _kind_call(kind):
-    def call(x):
-        return x.tracer.create_proxy("call_module", kind, (x,), {})
+    def call(*args):
+        return args[0].tracer.create_proxy("call_module", kind, args, {})
     return call
 
 
@@ -656,7 +657,8 @@ class FxPattern:
     # Matching: the pattern's output node anchored on a graph node, arguments matched backwards.
     # A placeholder binds a value node, or a constant the forward computed while it was traced:
     # a number or shape (llama2.c's `/ math.sqrt(self.head_dim)`, its `reshape(xq.shape[:-1] +
-    # (-1, 2))`), a flag (`training=self.training`) or a dtype (`.to(query_states.dtype)`).
+    # (-1, 2))`), a flag (`training=self.training`), a dtype (`.to(query_states.dtype)`) or a
+    # string (`reduction="sum"`).
     def _match(self, p, t, env, ctx):
         if p.op == "placeholder" and _is_constant(t):
             if p not in env:
@@ -754,7 +756,7 @@ class FxPattern:
 def _is_constant(value):
     if isinstance(value, (list, tuple)):
         return all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-    return isinstance(value, (int, float, bool, torch.dtype))
+    return isinstance(value, (int, float, bool, str, torch.dtype))
 
 
 class _LeafCalls:

@@ -735,6 +735,52 @@ def test_a_forward_that_asks_dtype_and_device_traces_per_dtype_and_keeps_its_ran
     assert len(model.forward.specialisations) == 2
 
 
+class _NanoGptLoss(nn.Module):
+    """nanoGPT's (and llama2.c's) loss in the forward: F.cross_entropy(logits.view(-1, V),
+    targets.view(-1), ignore_index=-1), the logits returned too."""
+
+    def __init__(self, vocab, dim):
+        super().__init__()
+        self.emb, self.lm_head = nn.Embedding(vocab, dim), nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, idx, targets):
+        logits = self.lm_head(self.emb(idx))
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
+class _HfLoss(_NanoGptLoss):
+    """Hugging Face's: the logits shifted, a CrossEntropyLoss module (ignore_index -100)."""
+
+    def __init__(self, vocab, dim):
+        super().__init__(vocab, dim)
+        self.loss_fct = nn.CrossEntropyLoss(label_smoothing=0.1)
+
+    def forward(self, idx, labels):
+        logits = self.lm_head(self.emb(idx))
+        shift_logits, shift_labels = logits[..., :-1, :].contiguous(), labels[..., 1:].contiguous()
+        return self.loss_fct(shift_logits.view(-1, shift_logits.size(-1)), shift_labels.view(-1))
+
+
+@pytest.mark.parametrize("model_class, ignored", [(_NanoGptLoss, -1), (_HfLoss, -100)])
+def test_a_loss_computed_in_the_forward_takes_the_fused_cross_entropy(model_class, ignored):
+    model = model_class(50, 16)
+    idx, targets = torch.randint(0, 50, (3, 9)), torch.randint(0, 50, (3, 9))
+    targets[0, :4] = ignored
+    loss_of = (lambda out: out[1]) if model_class is _NanoGptLoss else (lambda out: out)
+    reference = copy.deepcopy(model)
+    assert dict(opfuse.patch(model, (idx, targets), loss_of)).get("cross_entropy") == 1
+    got, ran = _opfuse_ops_run(model, idx, targets)
+    assert "opfuse::cross_entropy" in ran
+    expected = reference(idx, targets)
+    assert torch.allclose(loss_of(got), loss_of(expected), rtol=1e-5, atol=1e-6)
+    loss_of(got).backward()
+    loss_of(expected).backward()
+    assert torch.allclose(model.lm_head.weight.grad, reference.lm_head.weight.grad, rtol=1e-5, atol=1e-7)
+    # classes at dim 1 of a [N, C, T] input are F.cross_entropy's own case: it runs as written
+    x, t = torch.randn(2, 5, 3), torch.randint(0, 5, (2, 3))
+    assert torch.equal(opfuse.functional.cross_entropy_chain(x, t), F.cross_entropy(x, t))
+
+
 class _T5LayerNorm(nn.Module):
     """T5's: only what the variance is taken of is cast to float32; x · rstd stays in x's dtype."""
 
