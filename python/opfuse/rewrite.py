@@ -146,13 +146,13 @@ class ValueProxy(Proxy):
     """A proxy that answers shape questions with the recorded call's numbers: x.size(), x.shape,
     x.dim(), x.ndim, len(x) and unpacking (`B, T, C = x.size()`, `q, k, v = y.split(n, 2)`), which
     plain fx cannot trace (and on Python 3.11, torch 1.13's fx cannot unpack at all), and x.dtype
-    and x.device. A graph that asked any is specialised to the call's tensors."""
+    and x.device. A graph that asked is specialised to what it asked of the call's tensors."""
 
-    def _value(self):
+    def _value(self, aspect="shape"):
         value = self.tracer.values.get(self.node)
         if value is None:
-            raise fx.proxy.TraceError(f"the value of {self.node.name} is unknown, so its shape cannot be asked")
-        self.tracer.specialised = True
+            raise fx.proxy.TraceError(f"the value of {self.node.name} is unknown, so its {aspect} cannot be asked")
+        self.tracer.asked.add(aspect)
         return value
 
     def size(self, *dim):
@@ -182,7 +182,7 @@ class ValueProxy(Proxy):
 
     def _attribute(self, name):
         if isinstance(self.tracer.values.get(self.node), torch.Tensor):
-            return getattr(self._value(), name)
+            return getattr(self._value(name), name)
         return self.__getattr__(name)
 
     def __len__(self):
@@ -207,7 +207,7 @@ class ValueTracer(LeafTracer):
 
     def __init__(self, copy_of_root, inputs, **kwargs):
         super().__init__(**kwargs)
-        self.copy_of_root, self.inputs, self.values, self.specialised = copy_of_root, inputs, {}, False
+        self.copy_of_root, self.inputs, self.values, self.asked = copy_of_root, inputs, {}, set()
         self.running = False  # computing a value: module calls and attributes are the real ones
 
     def proxy(self, node):
@@ -318,14 +318,14 @@ def _split_arguments(signature, args, kwargs):
 
 
 def trace(module, args, kwargs):
-    """({training: fx.Graph}, concrete, specialised) for the module's own forward called with these
+    """({training: fx.Graph}, concrete, asked) for the module's own forward called with these
     arguments, or raises with the reason it does not trace. Arguments that are not tensors are held
-    at their values (concrete); specialised: the graphs also hold the tensor arguments' shapes,
-    dtypes or devices, which the forward asked."""
+    at their values (concrete); asked: what of the tensors the graphs also hold ("shape", "dtype",
+    "device"), because the forward asked it."""
     forward = type(module).forward
     signature = inspect.signature(forward)
     concrete, inputs = _split_arguments(signature, args, kwargs)
-    graphs, wrapped, was, specialised = {}, [], module.training, False
+    graphs, wrapped, was, asked = {}, [], module.training, set()
     attributes, cls = _attributes_of(module), type(module)
     fx_concrete = {k: v for k, v in concrete.items() if k != KEYWORDS}  # the graph's arguments held at their values
     module.__class__ = _traceable_class(cls, signature, concrete.get(KEYWORDS, ()))
@@ -342,7 +342,7 @@ def trace(module, args, kwargs):
                             graphs[training] = tracer.trace(module, concrete_args=dict(fx_concrete))
                         finally:
                             _restore_attributes(attributes)
-                    specialised = specialised or tracer.specialised
+                    asked |= tracer.asked
                     break
                 except Exception as e:  # tracing runs the user's code: any error means "does not trace"
                     fn = _untraceable_callee(e, forward)
@@ -352,7 +352,7 @@ def trace(module, args, kwargs):
     finally:
         module.training = was
         module.__class__ = cls
-    return graphs, concrete, specialised
+    return graphs, concrete, frozenset(asked)
 
 
 def _traceable_class(cls, signature, keys):
@@ -415,13 +415,16 @@ def _same(a, b):
         return False
 
 
-def _signature_of(value):
-    """What a specialised graph holds of a tensor argument (its shape, dtype and device), or of a
-    tuple of tensors; None for anything else."""
+ASPECTS = ("shape", "dtype", "device")
+
+
+def _signature_of(value, aspects=ASPECTS):
+    """What a specialised graph holds of a tensor argument (those of its shape, dtype and device
+    the forward asked), or of a tuple of tensors; None for anything else."""
     if isinstance(value, torch.Tensor):
-        return tuple(value.shape), value.dtype, value.device
+        return tuple(tuple(value.shape) if a == "shape" else getattr(value, a) for a in ASPECTS if a in aspects)
     if _is_tensor_tuple(value):
-        return tuple(_signature_of(v) for v in value)
+        return tuple(_signature_of(v, aspects) for v in value)
     return None
 
 
@@ -431,16 +434,27 @@ MAX_SPECIALISATIONS = 8
 
 
 class _Specialisation:
-    """The rewritten graphs for calls with these non-tensor arguments and, when specialised,
-    these tensor signatures (None: any); graphs None where the forward did not trace for them."""
+    """The rewritten graphs for calls with these non-tensor arguments and these tensor signatures
+    (what the forward asked of the tensors: aspects); graphs None where it did not trace for them."""
 
-    def __init__(self, concrete, signatures, graphs):
-        self.concrete, self.signatures, self.graphs, self.code = concrete, signatures, graphs, {}
+    def __init__(self, concrete, aspects, flat, graphs):
+        self.concrete, self.aspects, self.graphs, self.code = concrete, aspects, graphs, {}
+        self.signatures = self._signatures(flat)
+
+    def _signatures(self, flat):
+        if not self.aspects:
+            return {}
+        return {k: _signature_of(v, self.aspects) for k, v in flat.items() if _signature_of(v) is not None}
 
     def fits(self, flat):
         if any(k not in flat or not _same(flat[k], v) for k, v in self.concrete.items()):
             return False
-        return self.signatures is None or all(_signature_of(flat.get(k)) == v for k, v in self.signatures.items())
+        return all(_signature_of(flat.get(k), self.aspects) == v for k, v in self.signatures.items())
+
+    def with_graphs(self, graphs):
+        twin = copy.copy(self)
+        twin.graphs, twin.code = graphs, {}
+        return twin
 
     def compiled(self, training):
         if training not in self.code:
@@ -476,12 +490,12 @@ class FusedForward:
         far; raises where it does not trace (the failure is kept: such calls run the original)."""
         flat = _flat_arguments(self.signature, args, kwargs)
         try:
-            graphs, concrete, specialised = trace(self.module, args, kwargs)
+            graphs, concrete, asked = trace(self.module, args, kwargs)
         except Exception:
             concrete = {k: v for k, v in flat.items() if _signature_of(v) is None}
-            self._keep(_Specialisation(concrete, self._signatures(flat), None))
+            self._keep(_Specialisation(concrete, ASPECTS, flat, None))
             raise
-        kept = _Specialisation(concrete, self._signatures(flat) if specialised else None, graphs)
+        kept = _Specialisation(concrete, asked, flat, graphs)
         ctx = _MatchedKinds(self.kinds)
         for source in self.patterns:
             pattern = _compiled_pattern(*source)
@@ -510,9 +524,6 @@ class FusedForward:
             for s in self.specialisations:
                 s.code = {}
         return replaced
-
-    def _signatures(self, arguments):
-        return {k: _signature_of(v) for k, v in arguments.items() if _signature_of(v) is not None}
 
     @staticmethod
     def _graph_arguments(flat):
@@ -543,14 +554,13 @@ class FusedForward:
         twin.module = copy.deepcopy(self.module, memo)
         twin.patterns, twin.kinds = list(self.patterns), set(self.kinds)
         twin.specialisations = [
-            _Specialisation(s.concrete, s.signatures,
-                            None if s.graphs is None else {k: copy.deepcopy(g, memo) for k, g in s.graphs.items()})
+            s.with_graphs(None if s.graphs is None else {k: copy.deepcopy(g, memo) for k, g in s.graphs.items()})
             for s in self.specialisations]
         return twin
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["specialisations"] = [_Specialisation(s.concrete, s.signatures, s.graphs) for s in self.specialisations]
+        state["specialisations"] = [s.with_graphs(s.graphs) for s in self.specialisations]  # compiled code left out
         return state
 
 

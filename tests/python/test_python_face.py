@@ -733,6 +733,14 @@ def test_a_forward_that_asks_dtype_and_device_traces_per_dtype_and_keeps_its_ran
         torch.manual_seed(1)
         assert torch.allclose(got, reference(x.to(dtype)), rtol=1e-6, atol=0), dtype
     assert len(model.forward.specialisations) == 2
+    # What a graph holds of its tensors is what the forward asked: shapes alone do not make a
+    # graph per dtype (verification's float64 pass runs the float32 call's graph)
+    assert model.forward.specialisations[0].aspects == {"shape", "dtype", "device"}
+    shapes_only = _HfRotaryModel(32, 4)
+    _patch_expecting_rotary(shapes_only, torch.randn(2, 8, 32), 2)
+    assert shapes_only.attn.forward.specialisations[0].aspects == {"shape"}
+    shapes_only.double()(torch.randn(2, 8, 32, dtype=torch.float64))
+    assert len(shapes_only.attn.forward.specialisations) == 1
 
 
 class _NanoGptLoss(nn.Module):
