@@ -58,6 +58,8 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::T
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
 // The packed form: x [..., 2d] holds gate then up in its last dimension (x.chunk(2, -1)).
 at::Tensor swiglu(const at::Tensor& x);
+// GeGLU: gelu(gate, approximate='tanh') · up (Gemma's, T5 v1.1's), one pass each way like swiglu.
+at::Tensor geglu(const at::Tensor& gate, const at::Tensor& up);
 
 // Rotary position embedding: each pair of x's last dimension D rotated by its angle θ,
 //   (x_a, x_b) → (x_a·cos θ − x_b·sin θ, x_b·cos θ + x_a·sin θ)

@@ -55,6 +55,14 @@ def swiglu(gate, up):
     return F.silu(gate) * up
 
 
+def geglu(gate, up):
+    """gelu(gate, approximate='tanh') · up in one pass forward and one backward (Gemma's, T5 v1.1's
+    gated GELU; nothing saved but the inputs)."""
+    if gate.device.type == "cpu" and gate.shape == up.shape and gate.dtype == up.dtype:
+        return torch.ops.opfuse.geglu(gate, up)
+    return F.gelu(gate, approximate="tanh") * up
+
+
 def rms_norm(x, weight, eps):
     """x · rsqrt(mean(x², -1) + eps) · weight, computed in float for bfloat16 x and rounded once.
     The CPU op takes weight of x's dtype; other combinations keep the composite (and its dtype

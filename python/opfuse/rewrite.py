@@ -573,6 +573,18 @@ def _is_silu_module(module, rules, calls, path):
     return silu is not None and computes(silu, path, module, calls)
 
 
+def _is_gelu_tanh_module(module, rules, calls, path):
+    """nn.GELU(approximate='tanh'), a module computing the gelu_tanh rule's written-out chain
+    (T5's NewGELUActivation), or one whose forward is a lone gelu (Hugging Face's GELUTanh: which
+    gelu it is, verification tells)."""
+    if isinstance(module, torch.nn.GELU):
+        return module.approximate == "tanh"
+    gelu_tanh = next((r for r in rules if r.name == "gelu_tanh"), None)
+    call = calls.get(path)
+    lone_gelu = call is not None and call.ops == ["aten::gelu"] and not any(True for _ in module.children())
+    return lone_gelu or (gelu_tanh is not None and computes(gelu_tanh, path, module, calls))
+
+
 def _fused_rms_norm(module, rules, calls, path):
     """The module as an opfuse.nn.RMSNorm (itself, or built from it when it computes the rms_norm
     rule's chain and has a weight and an eps), or None."""
@@ -588,6 +600,7 @@ def _fused_rms_norm(module, rules, calls, path):
 MODULE_KINDS = {
     "batch_norm": lambda module, rules, calls, path: isinstance(module, torch.nn.modules.batchnorm._BatchNorm),
     "silu_module": _is_silu_module,
+    "gelu_tanh_module": _is_gelu_tanh_module,
     "dropout_module": lambda module, rules, calls, path: isinstance(module, torch.nn.Dropout),
     "rms_norm_module": lambda module, rules, calls, path: _fused_rms_norm(module, rules, calls, path) is not None,
     "cross_entropy_module": lambda module, rules, calls, path: isinstance(module, torch.nn.CrossEntropyLoss),

@@ -41,6 +41,9 @@ TORCH_LIBRARY(opfuse, m) {
   m.def("swiglu_backward(Tensor grad, Tensor gate, Tensor up) -> (Tensor, Tensor)");
   m.def("swiglu_packed(Tensor x) -> Tensor");
   m.def("swiglu_packed_backward(Tensor grad, Tensor x) -> Tensor");
+  // gelu(gate, approximate='tanh') · up (Gemma's, T5 v1.1's gated GELU)
+  m.def("geglu(Tensor gate, Tensor up) -> Tensor");
+  m.def("geglu_backward(Tensor grad, Tensor gate, Tensor up) -> (Tensor, Tensor)");
   // Each pair of x's last dimension, (x[i], x[i + D/2]) or interleaved (x[2i], x[2i + 1]), rotated
   // by its angle: y_a = x_a·cos − x_b·sin, y_b = x_b·cos + x_a·sin; cos and sin [..., D/2] or
   // [..., D], broadcast to x's leading dimensions. _backward rotates grad back (the transpose).

@@ -1,8 +1,11 @@
-// opfuse::swiglu and opfuse::swiglu_packed: front ends, autograd and the C++ API. The loops live
-// in cpu/swiglu_loops.h.
+// The gated units: opfuse::swiglu (silu(gate) · up), its packed form, and opfuse::geglu
+// (gelu(gate, tanh) · up): front ends, autograd and the C++ API. The loops live in
+// cpu/swiglu_loops.h.
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
+
+#include <utility>
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
@@ -14,27 +17,37 @@ namespace {
 
 int64_t last_dim(const at::Tensor& t) { return t.dim() == 0 ? 1 : t.size(-1); }
 
-at::Tensor swiglu_cpu(const at::Tensor& gate_in, const at::Tensor& up_in) {
-  constexpr const char* op = "opfuse::swiglu";
+using cpu::Gate;
+
+// The op names of a gated unit: {forward, backward}.
+template <Gate kGate>
+constexpr std::pair<const char*, const char*> kNames =
+    kGate == Gate::silu ? std::pair{"opfuse::swiglu", "opfuse::swiglu_backward"}
+                        : std::pair{"opfuse::geglu", "opfuse::geglu_backward"};
+
+template <Gate kGate>
+at::Tensor gated_cpu(const at::Tensor& gate_in, const at::Tensor& up_in) {
+  const char* op = kNames<kGate>.first;
   check_input(gate_in, op, "gate");
   check_input(up_in, op, "up");
   check_same(gate_in, up_in, op, "gate", "up");
   const at::Tensor gate = gate_in.contiguous(), up = up_in.contiguous();
   at::Tensor y = at::empty_like(gate, at::MemoryFormat::Contiguous);
-  cpu::swiglu_forward_kernel(gate, up, last_dim(gate), y);
+  cpu::gated_forward_kernel(kGate, gate, up, last_dim(gate), y);
   return y;
 }
 
-std::tuple<at::Tensor, at::Tensor> swiglu_backward_cpu(const at::Tensor& grad, const at::Tensor& gate_in,
-                                                       const at::Tensor& up_in) {
-  constexpr const char* op = "opfuse::swiglu_backward";
+template <Gate kGate>
+std::tuple<at::Tensor, at::Tensor> gated_backward_cpu(const at::Tensor& grad, const at::Tensor& gate_in,
+                                                      const at::Tensor& up_in) {
+  const char* op = kNames<kGate>.second;
   check_input(grad, op, "grad");
   check_input(gate_in, op, "gate");
   check_same(gate_in, up_in, op, "gate", "up");
   check_same(grad, gate_in, op, "grad", "gate");
   const at::Tensor gate = gate_in.contiguous(), up = up_in.contiguous(), dy = grad.contiguous();
   at::Tensor dgate = at::empty_like(gate, at::MemoryFormat::Contiguous), dup = at::empty_like(dgate);
-  cpu::swiglu_backward_kernel(dy, gate, up, last_dim(gate), dgate, dup);
+  cpu::gated_backward_kernel(kGate, dy, gate, up, last_dim(gate), dgate, dup);
   return {dgate, dup};
 }
 
@@ -50,7 +63,7 @@ at::Tensor swiglu_packed_cpu(const at::Tensor& x_in) {
   const at::Tensor x = x_in.contiguous();
   const int64_t d = x.size(-1) / 2;
   at::Tensor y = at::empty_like(x.narrow(-1, 0, d), at::MemoryFormat::Contiguous);
-  cpu::swiglu_forward_kernel(x.narrow(-1, 0, d), x.narrow(-1, d, d), 2 * d, y);
+  cpu::gated_forward_kernel(Gate::silu, x.narrow(-1, 0, d), x.narrow(-1, d, d), 2 * d, y);
   return y;
 }
 
@@ -64,20 +77,22 @@ at::Tensor swiglu_packed_backward_cpu(const at::Tensor& grad, const at::Tensor& 
   const at::Tensor x = x_in.contiguous(), dy = grad.contiguous();
   at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous);
   at::Tensor dgate = dx.narrow(-1, 0, d), dup = dx.narrow(-1, d, d);
-  cpu::swiglu_backward_kernel(dy, x.narrow(-1, 0, d), x.narrow(-1, d, d), 2 * d, dgate, dup);
+  cpu::gated_backward_kernel(Gate::silu, dy, x.narrow(-1, 0, d), x.narrow(-1, d, d), 2 * d, dgate, dup);
   return dx;
 }
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-auto swiglu_op() {
-  static auto op = find_op<at::Tensor(const at::Tensor&, const at::Tensor&)>("opfuse::swiglu");
+template <Gate kGate>
+auto gated_op() {
+  static auto op = find_op<at::Tensor(const at::Tensor&, const at::Tensor&)>(kNames<kGate>.first);
   return op;
 }
-auto swiglu_backward_op() {
+template <Gate kGate>
+auto gated_backward_op() {
   static auto op = find_op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&)>(
-      "opfuse::swiglu_backward");
+      kNames<kGate>.second);
   return op;
 }
 auto packed_op() {
@@ -89,18 +104,19 @@ auto packed_backward_op() {
   return op;
 }
 
-// Saves its inputs only; sigmoid(gate) is recomputed in the backward's one pass.
-class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
+// Saves its inputs only; the activation is recomputed in the backward's one pass.
+template <Gate kGate>
+class GatedFunction : public torch::autograd::Function<GatedFunction<kGate>> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
     ctx->save_for_backward({gate, up});
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return swiglu_op().call(gate, up);
+    return gated_op<kGate>().call(gate, up);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
     const auto saved = ctx->get_saved_variables();
-    auto [dgate, dup] = swiglu_backward_op().call(grads[0], saved[0], saved[1]);
+    auto [dgate, dup] = gated_backward_op<kGate>().call(grads[0], saved[0], saved[1]);
     return {dgate, dup};
   }
 };
@@ -120,22 +136,33 @@ class PackedFunction : public torch::autograd::Function<PackedFunction> {
 
 }  // namespace
 
-at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) { return swiglu_op().call(gate, up); }
+at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) { return gated_op<Gate::silu>().call(gate, up); }
 at::Tensor swiglu(const at::Tensor& x) { return packed_op().call(x); }
+at::Tensor geglu(const at::Tensor& gate, const at::Tensor& up) { return gated_op<Gate::gelu_tanh>().call(gate, up); }
 
 }  // namespace opfuse
 
 TORCH_LIBRARY_IMPL(opfuse, CPU, m) {
-  m.impl("swiglu", &opfuse::swiglu_cpu);
-  m.impl("swiglu_backward", &opfuse::swiglu_backward_cpu);
+  using opfuse::cpu::Gate;
+  m.impl("swiglu", &opfuse::gated_cpu<Gate::silu>);
+  m.impl("swiglu_backward", &opfuse::gated_backward_cpu<Gate::silu>);
   m.impl("swiglu_packed", &opfuse::swiglu_packed_cpu);
   m.impl("swiglu_packed_backward", &opfuse::swiglu_packed_backward_cpu);
+  m.impl("geglu", &opfuse::gated_cpu<Gate::gelu_tanh>);
+  m.impl("geglu_backward", &opfuse::gated_backward_cpu<Gate::gelu_tanh>);
 }
 
 // The backward ops have no derivative of their own: double backward raises.
 TORCH_LIBRARY_IMPL(opfuse, Autograd, m) {
-  m.impl("swiglu", [](const at::Tensor& gate, const at::Tensor& up) { return opfuse::SwigluFunction::apply(gate, up); });
+  using opfuse::cpu::Gate;
+  m.impl("swiglu", [](const at::Tensor& gate, const at::Tensor& up) {
+    return opfuse::GatedFunction<Gate::silu>::apply(gate, up);
+  });
+  m.impl("geglu", [](const at::Tensor& gate, const at::Tensor& up) {
+    return opfuse::GatedFunction<Gate::gelu_tanh>::apply(gate, up);
+  });
   m.impl("swiglu_packed", [](const at::Tensor& x) { return opfuse::PackedFunction::apply(x); });
   m.impl("swiglu_backward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("geglu_backward", torch::autograd::autogradNotImplementedFallback());
   m.impl("swiglu_packed_backward", torch::autograd::autogradNotImplementedFallback());
 }

@@ -1,12 +1,19 @@
-// opfuse::swiglu (two tensors and packed) against a float64 reference, on every CPU path.
+// opfuse::swiglu (two tensors and packed) and opfuse::geglu against a float64 reference, on
+// every CPU path.
 //
 // Stated bounds, per element, with s = sigmoid(g) and T = |dy·u|·(1 + |g|), the magnitude of
 // dgate's terms (silu' crosses zero near g = −1.28, so dgate is bounded against T, not itself):
 //   float32   y, dup ≤ 5e-7·|ref|     dgate ≤ 1e-6·T        (exp ≤ 2 ulp, then ≤ 3 roundings)
 //   float64   y, dup ≤ 1e-14·|ref|    dgate ≤ 1e-14·T
 //   bfloat16  y, dup ≤ 4e-3·|ref|     dgate ≤ 4e-3·|ref| + 1e-6·T   (float arithmetic, rounded once)
+// GeGLU, a = g·σ(z), z = 2c·g·(1 + k·g²) (gelu's tanh form): z carries 3 roundings, which σ turns
+// into an error of s·(1 − s)·|z|·δ in s; so y and dup are bounded as above plus that term, Z =
+// |g·u|·s·(1 − s)·(1 + |z|) (|g·dy|·… for dup), and dgate against T = |dy·u|·(1 + |z|)·(1 + |g·z'|),
+// z' = 2c·(1 + 3k·g²), with the bounds' terms coefficient.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <limits>
 
 #include "opfuse/ops.h"
 #include "reference.h"
@@ -56,6 +63,37 @@ void check_against_reference(const at::Tensor& gate_in, const at::Tensor& up_in,
   expect_close(dup, dup_ref, b.rtol * dup_ref.abs() + 1e-37, what + " dup");
 }
 
+void check_geglu_against_reference(const at::Tensor& gate_in, const at::Tensor& up_in, const std::string& what) {
+  const at::ScalarType dtype = gate_in.scalar_type();
+  at::Tensor gate = gate_in.detach().requires_grad_(), up = up_in.detach().requires_grad_();
+  const at::Tensor dy = torch::randn(gate.sizes()).to(dtype);
+  const at::Tensor y = opfuse::geglu(gate, up);
+  y.backward(dy);
+  ASSERT_EQ(y.scalar_type(), dtype);
+
+  constexpr double c = 0.7978845608028654, k = 0.044715;
+  const at::Tensor g = gate_in.detach().to(torch::kDouble), u = up_in.detach().to(torch::kDouble);
+  // 0.5·(1 + tanh(z/2)) written as σ(z): in float64 too, 1 + tanh cancels for negative g (gelu(−8)
+  // would be 0, not −8·σ(−z)); the derivative written out
+  const at::Tensor dyd = dy.to(torch::kDouble), z = 2 * c * g * (1 + k * g * g), s = torch::sigmoid(z);
+  const at::Tensor dz = 2 * c * (1 + 3 * k * g * g);
+  const at::Tensor a = g * s, slope = s + g * s * torch::sigmoid(-z) * dz;
+  const at::Tensor y_ref = a * u, dgate_ref = dyd * u * slope, dup_ref = dyd * a;
+  const at::Tensor spread = s * (1 - s) * (1 + z.abs());
+  const at::Tensor terms = (dyd * u).abs() * (1 + z.abs()) * (1 + (g * dz).abs());
+
+  const Bound b = bound_for(dtype);
+  const double dg_rtol = dtype == torch::kBFloat16 ? b.rtol : 0;
+  // σ(z) leaves the arithmetic's normal range below z ≈ −87 (float) where g < −10: what is lost
+  // there is under the smallest normal number times the factors it multiplies
+  const double tiny = dtype == torch::kDouble ? std::numeric_limits<double>::min() : std::numeric_limits<float>::min();
+  const at::Tensor gu = (g * u).abs() + 1, gdy = (g * dyd).abs() + 1;
+  expect_close(y, y_ref, b.rtol * y_ref.abs() + b.terms * gu * spread + tiny * gu, what + " forward");
+  expect_close(gate.grad(), dgate_ref, dg_rtol * dgate_ref.abs() + b.terms * terms + tiny * (terms + 1),
+               what + " dgate");
+  expect_close(up.grad(), dup_ref, b.rtol * dup_ref.abs() + b.terms * gdy * spread + tiny * gdy, what + " dup");
+}
+
 class SwigluTest : public PathAndDtypeTest {};
 
 TEST_P(SwigluTest, MatchesFloat64ReferenceOnFreshRandomData) {
@@ -85,7 +123,42 @@ TEST_P(SwigluTest, StridedSaturatedAndEmpty) {
   EXPECT_EQ(opfuse::swiglu(torch::randn({3, 0}).to(dtype)).sizes(), (std::vector<int64_t>{3, 0}));
 }
 
+TEST_P(SwigluTest, GegluMatchesFloat64ReferenceOnFreshRandomData) {
+  const auto [cap, dtype] = GetParam();
+  CapabilityScope scope(cap);
+  SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
+  for (auto shape : std::vector<std::vector<int64_t>>{{4, 32, 768}, {3, 77}, {1, 40000}, {5}}) {
+    const at::Tensor gate = (torch::randn(shape) * 4).to(dtype), up = torch::randn(shape).to(dtype);
+    check_geglu_against_reference(gate, up, c10::str(at::IntArrayRef(shape)));
+  }
+  const at::Tensor big = torch::tensor({-100.0, -30.0, -5.0, -0.75, 0.0, 30.0, 100.0, 1e4, -1e4}).to(dtype);
+  check_geglu_against_reference(big, torch::randn({9}).to(dtype), "saturated gates");
+  const at::Tensor t = torch::randn({30, 8}).to(dtype).t();
+  check_geglu_against_reference(t, torch::randn({8, 30}).to(dtype), "transposed gate");
+}
+
 INSTANTIATE_TEST_SUITE_P(Ops, SwigluTest, every_path_and_dtype(), path_and_dtype_name);
+
+TEST(Geglu, MatchesAtensGeluTanhAndRaisesOnDoubleBackward) {
+  SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
+  const at::Tensor g = torch::randn({64, 33}, torch::kDouble) * 3, u = torch::randn({64, 33}, torch::kDouble);
+  // ATen's 0.5·g·(1 + tanh(…)) loses |g|·ε to cancellation where g < 0
+  EXPECT_TRUE(torch::allclose(opfuse::geglu(g, u), torch::gelu(g, "tanh") * u, 1e-14, 1e-13));
+  at::Tensor gr = g.clone().requires_grad_();
+  const auto grads = torch::autograd::grad({opfuse::geglu(gr, u).sum()}, {gr}, {}, true, true);
+  try {
+    grads[0].sum().backward();
+    ADD_FAILURE() << "double backward ran";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("opfuse::geglu_backward is not implemented"), std::string::npos) << e.what();
+  }
+  try {
+    opfuse::geglu(torch::randn({2, 4}), torch::randn({2, 5}));
+    ADD_FAILURE() << "mismatched shapes were accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("opfuse::geglu"), std::string::npos) << e.what();
+  }
+}
 
 TEST(Swiglu, OneThreadEqualsTwoThreads) {
   SCOPED_TRACE("seed " + std::to_string(fresh_seed()));

@@ -789,6 +789,39 @@ def test_a_loss_computed_in_the_forward_takes_the_fused_cross_entropy(model_clas
     assert torch.equal(opfuse.functional.cross_entropy_chain(x, t), F.cross_entropy(x, t))
 
 
+class _NewGELU(nn.Module):
+    """T5's (Hugging Face's gelu_new) tanh GELU written out."""
+
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class _GatedGelu(nn.Module):
+    """Gemma's MLP (F.gelu(…, approximate='tanh') * up) or T5 v1.1's (an activation module)."""
+
+    def __init__(self, dim, act=None):
+        super().__init__()
+        self.gate_proj, self.up_proj = nn.Linear(dim, 2 * dim, bias=False), nn.Linear(dim, 2 * dim, bias=False)
+        self.down_proj, self.act = nn.Linear(2 * dim, dim, bias=False), act
+
+    def forward(self, x):
+        gate = self.act(self.gate_proj(x)) if self.act is not None else F.gelu(self.gate_proj(x), approximate="tanh")
+        return self.down_proj(gate * self.up_proj(x))
+
+
+@pytest.mark.parametrize("act", [None, _NewGELU(), nn.GELU(approximate="tanh")])
+def test_gated_gelu_takes_the_fused_geglu(act):
+    model, x = _GatedGelu(16, act), torch.randn(3, 5, 16)
+    reference = copy.deepcopy(model)
+    assert dict(opfuse.patch(model, (x,), lambda y: y.pow(2).mean())).get("geglu") == 1
+    got, ran = _opfuse_ops_run(model, x)
+    assert "opfuse::geglu" in ran
+    assert torch.allclose(got, reference(x), rtol=1e-5, atol=1e-6)
+    # exact GELU is not the fused op's: verification leaves it as written
+    exact = _GatedGelu(16, nn.GELU())
+    assert "geglu" not in dict(opfuse.patch(exact, (x,), lambda y: y.pow(2).mean()))
+
+
 class _T5LayerNorm(nn.Module):
     """T5's: only what the variance is taken of is cast to float32; x · rstd stays in x's dtype."""
 

@@ -65,13 +65,16 @@ void add_rms_norm_backward_kernel(const at::Tensor& dy, const at::Tensor& dh, co
                                   const at::Tensor& weight, const at::Tensor& rstd, at::Tensor& dx,
                                   at::Tensor& dweight);
 
-// SwiGLU over rows of y's last dimension d: y = silu(gate) · up, dgate = dy · u · silu'(g),
-// dup = dy · silu(g). y and dy are contiguous; a row's gate and up (and dgate, dup) start
+// The activation of a gated unit's gate: silu (SwiGLU) or gelu's tanh form (GeGLU).
+enum class Gate { silu, gelu_tanh };
+
+// A gated unit over rows of y's last dimension d: y = a(gate) · up, dgate = dy · u · a'(g),
+// dup = dy · a(g). y and dy are contiguous; a row's gate and up (and dgate, dup) start
 // in_stride elements after the previous row's: d for two contiguous tensors, 2d for the halves
 // of one packed tensor.
-void swiglu_forward_kernel(const at::Tensor& gate, const at::Tensor& up, int64_t in_stride, at::Tensor& y);
-void swiglu_backward_kernel(const at::Tensor& dy, const at::Tensor& gate, const at::Tensor& up, int64_t in_stride,
-                            at::Tensor& dgate, at::Tensor& dup);
+void gated_forward_kernel(Gate gate, const at::Tensor& g, const at::Tensor& up, int64_t in_stride, at::Tensor& y);
+void gated_backward_kernel(Gate gate, const at::Tensor& dy, const at::Tensor& g, const at::Tensor& up,
+                           int64_t in_stride, at::Tensor& dgate, at::Tensor& dup);
 
 // Rotary embedding over rows of x's last dimension d = 2P (x and y contiguous, one dtype): pair i
 // of a row is (x[i], x[P + i]) (rotate-half) or (x[2i], x[2i + 1]) (interleaved), mapped by

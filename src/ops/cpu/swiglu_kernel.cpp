@@ -1,11 +1,13 @@
-// SwiGLU, silu(gate) · up: one pass forward (reads gate and up, writes y) and one backward
-// (reads dy, gate, up; writes dgate, dup), sigmoid recomputed from gate rather than stored.
+// The gated units a(gate) · up, SwiGLU (silu) and GeGLU (gelu's tanh form): one pass forward
+// (reads gate and up, writes y) and one backward (reads dy, gate, up; writes dgate, dup), the
+// activation recomputed from gate rather than stored.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <tuple>
+#include <type_traits>
 
 #include "ops/cpu/capability.h"
 #include "ops/cpu/grain.h"
@@ -43,22 +45,33 @@ Layout layout_of(const at::Tensor& out, int64_t in_stride) {
 
 }  // namespace
 
-void swiglu_forward_kernel(const at::Tensor& gate, const at::Tensor& up, int64_t in_stride, at::Tensor& y) {
+namespace {
+
+// f(std::integral_constant<Gate, gate>{}): the loops are compiled per gate.
+template <typename F>
+void with_gate(Gate gate, const F& f) {
+  if (gate == Gate::silu) return f(std::integral_constant<Gate, Gate::silu>{});
+  f(std::integral_constant<Gate, Gate::gelu_tanh>{});
+}
+
+}  // namespace
+
+void gated_forward_kernel(Gate gate, const at::Tensor& g, const at::Tensor& up, int64_t in_stride, at::Tensor& y) {
   const Layout l = layout_of(y, in_stride);
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, y.scalar_type(), "opfuse::swiglu", [&] {
-    const scalar_t *g = gate.data_ptr<scalar_t>(), *u = up.data_ptr<scalar_t>();
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, y.scalar_type(), "opfuse::gated_forward", [&] {
+    const scalar_t *gp = g.data_ptr<scalar_t>(), *u = up.data_ptr<scalar_t>();
     scalar_t* yp = y.data_ptr<scalar_t>();
-    OPFUSE_ON_PATH(scalar_t, forward_all, (l, g, u, yp));
+    with_gate(gate, [&](auto kind) { OPFUSE_ON_PATH(scalar_t, forward_all, (l, gp, u, yp, kind)); });
   });
 }
 
-void swiglu_backward_kernel(const at::Tensor& dy, const at::Tensor& gate, const at::Tensor& up, int64_t in_stride,
-                            at::Tensor& dgate, at::Tensor& dup) {
+void gated_backward_kernel(Gate gate, const at::Tensor& dy, const at::Tensor& g, const at::Tensor& up,
+                           int64_t in_stride, at::Tensor& dgate, at::Tensor& dup) {
   const Layout l = layout_of(dy, in_stride);
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, dy.scalar_type(), "opfuse::swiglu_backward", [&] {
-    const scalar_t *dyp = dy.data_ptr<scalar_t>(), *g = gate.data_ptr<scalar_t>(), *u = up.data_ptr<scalar_t>();
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, dy.scalar_type(), "opfuse::gated_backward", [&] {
+    const scalar_t *dyp = dy.data_ptr<scalar_t>(), *gp = g.data_ptr<scalar_t>(), *u = up.data_ptr<scalar_t>();
     scalar_t *dg = dgate.data_ptr<scalar_t>(), *du = dup.data_ptr<scalar_t>();
-    OPFUSE_ON_PATH(scalar_t, backward_all, (l, dyp, g, u, dg, du));
+    with_gate(gate, [&](auto kind) { OPFUSE_ON_PATH(scalar_t, backward_all, (l, dyp, gp, u, dg, du, kind)); });
   });
 }
 

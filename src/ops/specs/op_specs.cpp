@@ -11,6 +11,7 @@ OpSpec batch_norm_silu_spec();
 OpSpec drop_connect_add_spec();
 OpSpec rms_norm_spec();
 OpSpec swiglu_spec();
+OpSpec geglu_spec();
 OpSpec attention_spec();
 OpSpec rotary_embedding_spec();
 OpSpec adamw_spec();
@@ -23,7 +24,7 @@ const std::vector<OpSpec>& op_specs() {
   using namespace specs;
   static const std::vector<OpSpec> table{
       silu_spec(),     swish_spec(),        se_gate_spec(),       batch_norm_silu_spec(), drop_connect_add_spec(),
-      rms_norm_spec(), swiglu_spec(),       attention_spec(),     rotary_embedding_spec(), adamw_spec(),
+      rms_norm_spec(), swiglu_spec(),       geglu_spec(),         attention_spec(),     rotary_embedding_spec(), adamw_spec(),
       cross_entropy_spec(), linear_cross_entropy_spec(), add_rms_norm_spec()};
   return table;
 }
