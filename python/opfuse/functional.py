@@ -305,23 +305,25 @@ _causal_masks = {}
 
 
 def _is_causal(mask, T, S, additive):
-    """Whether the [.., T, S] mask is the causal one: additive 0 on and below the diagonal and
-    −inf (or its dtype's lowest, Hugging Face's finfo.min) above, or non-zero exactly on and below
-    it. Each row keeps its diagonal, so exp(lowest − max) is 0 as exp(−inf) is. Remembered per mask memory and version (the
-    cache holds the tensor, so its memory cannot be reused for another mask meanwhile)."""
-    if mask.shape[-2:] != (T, S) or any(n != 1 for n in mask.shape[:-2]):
+    """Whether the [.., T, S] mask is the causal one for every leading index (Hugging Face's
+    [batch, 1, T, S] holds one per sample): additive 0 on and below the diagonal and −inf (or its
+    dtype's lowest, Hugging Face's finfo.min) above, or non-zero exactly on and below it. Each row
+    keeps its diagonal, so exp(lowest − max) is 0 as exp(−inf) is. Remembered per mask memory
+    and version (the cache holds the tensor, so its memory cannot be reused for another mask
+    meanwhile)."""
+    if mask.dim() < 2 or mask.shape[-2:] != (T, S):
         return False
     key = (mask.data_ptr(), tuple(mask.shape), tuple(mask.stride()), mask.dtype, mask._version, additive)
     if key not in _causal_masks:
         if len(_causal_masks) > 64:
             _causal_masks.clear()
-        m = mask.reshape(T, S)
+        m = mask.reshape(-1, T, S)
         above = torch.ones(T, S, dtype=torch.bool, device=m.device).triu(1)
         if additive:
-            masked = m[above]
+            masked = m[:, above]
             lowest = torch.finfo(m.dtype).min if m.is_floating_point() else float("-inf")
-            causal = bool(((masked == float("-inf")) | (masked == lowest)).all()) and bool((m[~above] == 0).all())
+            causal = bool(((masked == float("-inf")) | (masked == lowest)).all()) and bool((m[:, ~above] == 0).all())
         else:
-            causal = bool((m[above] == 0).all()) and bool((m[~above] != 0).all())
+            causal = bool((m[:, above] == 0).all()) and bool((m[:, ~above] != 0).all())
         _causal_masks[key] = (mask, causal)
     return _causal_masks[key][1]

@@ -14,6 +14,7 @@ import builtins
 import copy
 import functools
 import inspect
+import itertools
 import keyword
 import types
 import warnings
@@ -265,13 +266,21 @@ class ValueTracer(LeafTracer):
                 if kind == "call_method":
                     return getattr(args[0], target)(*args[1:], **kwargs)
                 if kind == "call_module":
-                    return self.copy_of_root.get_submodule(target)(*args, **kwargs)
+                    return _without_fused_forward(self.copy_of_root.get_submodule(target), args, kwargs)
             return None
         finally:
             self.running = False
 
     def _value_of(self, a):
         return self.values.get(a.node) if isinstance(a, Proxy) else a
+
+
+def _without_fused_forward(module, args, kwargs):
+    """module(*args, **kwargs), a FusedForward of its own bypassed: a value computed while its
+    parent is traced needs no graph of its own (nor a retrace for new shapes)."""
+    if isinstance(module.__dict__.get("forward"), FusedForward):
+        return type(module).forward(module, *args, **kwargs)
+    return module(*args, **kwargs)
 
 
 # The flat arguments' entry naming the keys a call passed through **kwargs (sorted): a graph is
@@ -312,6 +321,9 @@ def _split_arguments(signature, args, kwargs):
         if not isinstance(value, torch.Tensor):
             if isinstance(value, (list, tuple, dict)) and _holds_tensor(value):
                 raise TypeError(f"argument '{name}' is a container of tensors")
+            if not _holdable(value):
+                # tracing would run the forward on proxies, in the caller's own object (a KV cache)
+                raise TypeError(f"argument '{name}' is a {type(value).__name__}, which a graph cannot hold fixed")
             concrete[name] = value
         inputs[name] = value.detach().clone() if isinstance(value, torch.Tensor) else value
     return concrete, inputs
@@ -325,7 +337,7 @@ def trace(module, args, kwargs):
     forward = type(module).forward
     signature = inspect.signature(forward)
     concrete, inputs = _split_arguments(signature, args, kwargs)
-    graphs, wrapped, was, asked = {}, [], module.training, set()
+    graphs, wrapped, was, asked, constants = {}, [], module.training, set(), {}
     attributes, cls = _attributes_of(module), type(module)
     fx_concrete = {k: v for k, v in concrete.items() if k != KEYWORDS}  # the graph's arguments held at their values
     module.__class__ = _traceable_class(cls, signature, concrete.get(KEYWORDS, ()))
@@ -340,8 +352,14 @@ def trace(module, args, kwargs):
                         tracer = ValueTracer(copy_of_module, dict(inputs), autowrap_functions=tuple(wrapped))
                         try:
                             graphs[training] = tracer.trace(module, concrete_args=dict(fx_concrete))
+                            assigned, found = _changes(attributes)
+                            constants.update(found)
                         finally:
                             _restore_attributes(attributes)
+                            _set_constants(module, constants)
+                        if assigned:
+                            raise TypeError(f"forward assigns self.{assigned[0]}, which the rewritten graph would "
+                                            "not repeat")
                     asked |= tracer.asked
                     break
                 except Exception as e:  # tracing runs the user's code: any error means "does not trace"
@@ -392,6 +410,26 @@ def _attributes_of(module):
             for m in module.modules()]
 
 
+def _changes(attributes):
+    """(assigned, constants) after a trace: the names a forward assigned to its module or its
+    submodules (fx records no assignment: the graph would not repeat it), and the tensors fx put
+    on the root as _tensor_constantN for the graph to read (built outside the graph: GPT-J's
+    torch.sqrt(torch.tensor(head_dim)))."""
+    root, held = attributes[0][0], attributes[0][1]
+    constants = {k: v for k, v in root.__dict__.items() if k.startswith("_tensor_constant") and k not in held}
+    assigned = []
+    for m, *before in attributes:
+        for now, was in zip((m.__dict__, m._parameters, m._buffers, m._modules), before):
+            assigned += [k for k, v in now.items()
+                         if k != "training" and not (m is root and k in constants) and (k not in was or was[k] is not v)]
+    return assigned, constants
+
+
+def _set_constants(module, constants):
+    for name, value in constants.items():
+        object.__setattr__(module, name, value)
+
+
 def _restore_attributes(attributes):
     for m, held, parameters, buffers, modules in attributes:
         m.__dict__.clear()
@@ -399,6 +437,20 @@ def _restore_attributes(attributes):
         for now, before in ((m._parameters, parameters), (m._buffers, buffers), (m._modules, modules)):
             now.clear()
             now.update(before)
+
+
+_HOLDABLE = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout,
+             torch.memory_format, type(Ellipsis), slice, types.FunctionType, types.BuiltinFunctionType)
+
+
+def _holdable(value):
+    """A value a graph may hold fixed and compare calls' values with: a number, a string, a
+    dtype … or a list, tuple or dict of such; not an object a forward may change (a cache)."""
+    if isinstance(value, (list, tuple)):
+        return all(_holdable(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _holdable(v) for k, v in value.items())
+    return isinstance(value, _HOLDABLE)
 
 
 def _holds_tensor(value):
@@ -433,23 +485,31 @@ def _signature_of(value, aspects=ASPECTS):
 MAX_SPECIALISATIONS = 8
 
 
+def _state_of(module):
+    """What a graph that asked dtypes or devices also depends on beyond its arguments: the dtypes
+    and devices of the module's parameters and buffers (model.bfloat16(), `self.dtype`) and
+    autocast's state."""
+    held = {(t.dtype, t.device) for t in itertools.chain(module.parameters(), module.buffers())}
+    autocast = (torch.is_autocast_enabled(), torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype())
+    return tuple(sorted(held, key=str)), autocast
+
+
 class _Specialisation:
     """The rewritten graphs for calls with these non-tensor arguments and these tensor signatures
-    (what the forward asked of the tensors: aspects); graphs None where it did not trace for them."""
+    (what the forward asked of the tensors: aspects, and having asked dtypes or devices, the
+    module's state)."""
 
-    def __init__(self, concrete, aspects, flat, graphs):
-        self.concrete, self.aspects, self.graphs, self.code = concrete, aspects, graphs, {}
-        self.signatures = self._signatures(flat)
+    def __init__(self, concrete, aspects, flat, state, graphs):
+        self.concrete, self.aspects, self.state, self.graphs, self.code = concrete, aspects, state, graphs, {}
+        # every tensor argument at least as a tensor: a call passing None there is another call
+        self.signatures = {k: _signature_of(v, aspects) for k, v in flat.items() if _signature_of(v, ()) is not None}
 
-    def _signatures(self, flat):
-        if not self.aspects:
-            return {}
-        return {k: _signature_of(v, self.aspects) for k, v in flat.items() if _signature_of(v) is not None}
-
-    def fits(self, flat):
+    def fits(self, flat, state_of):
         if any(k not in flat or not _same(flat[k], v) for k, v in self.concrete.items()):
             return False
-        return all(_signature_of(flat.get(k), self.aspects) == v for k, v in self.signatures.items())
+        if any(_signature_of(flat.get(k), self.aspects) != v for k, v in self.signatures.items()):
+            return False
+        return self.state is None or self.state == state_of()
 
     def with_graphs(self, graphs):
         twin = copy.copy(self)
@@ -465,19 +525,64 @@ class _Specialisation:
         return self.code[training]
 
 
+def _failure_key(flat):
+    """A call that did not trace, as later calls are compared with it: tensors by signature,
+    other arguments by value where a graph could hold them, else by type."""
+    return {k: _signature_of(v) if _signature_of(v, ()) is not None else v if _holdable(v) else type(v)
+            for k, v in flat.items()}
+
+
+def _has_proxy(values):
+    return any(isinstance(v, Proxy) or isinstance(v, (list, tuple)) and _has_proxy(v) for v in values)
+
+
+class _Binder:
+    """A call's flat arguments (_flat_arguments), without inspect's bind for a forward of plain
+    parameters: a FusedForward binds every call, and bind costs tens of µs."""
+
+    def __init__(self, signature):
+        self.signature = signature
+        params = list(signature.parameters.values())[1:]
+        plain = [p for p in params if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        self.var_keyword = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params)
+        self.simple = len(plain) + self.var_keyword == len(params)
+        self.names = [p.name for p in plain]
+        self.defaults = {p.name: p.default for p in plain if p.default is not inspect.Parameter.empty}
+
+    def __call__(self, args, kwargs):
+        if not self.simple or len(args) > len(self.names):
+            return _flat_arguments(self.signature, args, kwargs)
+        flat = dict(zip(self.names, args))
+        for name in self.names[len(args):]:
+            if name in kwargs:
+                flat[name] = kwargs[name]
+            elif name in self.defaults:
+                flat[name] = self.defaults[name]
+            else:
+                return _flat_arguments(self.signature, args, kwargs)  # raises, naming the missing one
+        extra = sorted(k for k in kwargs if k not in flat)
+        if any(k in self.names[:len(args)] for k in kwargs) or (extra and not self.var_keyword):
+            return _flat_arguments(self.signature, args, kwargs)
+        if self.var_keyword:
+            flat.update((k, kwargs[k]) for k in extra)
+            flat[KEYWORDS] = tuple(extra)
+        return flat
+
+
 class FusedForward:
     """A module's forward replaced by rewritten fx graphs (one per training mode), for calls whose
-    non-tensor arguments (and, for graphs that asked them, tensor shapes, dtypes and devices) are
+    non-tensor arguments (and what the forward asked of its tensors: shapes, dtypes, devices) are
     those they were traced with. A call with other ones has its own graphs traced and rewritten by
-    the patterns applied so far the first time it comes, up to MAX_SPECIALISATIONS; past that, or
-    where the forward does not trace, the original forward runs (with a warning, once)."""
+    the patterns applied so far the first time it comes, up to MAX_SPECIALISATIONS; past that, and
+    for calls like one that did not trace, the original forward runs (a RuntimeWarning says so)."""
 
     def __init__(self, module, path):
         self.module, self.path = module, path
         self.signature = inspect.signature(type(module).forward)
+        self.binder = _Binder(self.signature)
         self.patterns = []  # (pattern, replacement, outputs), in the order they were applied
         self.kinds = set()  # (kind, submodule) pairs the patterns matched: a retrace matches these
-        self.specialisations = []
+        self.specialisations, self.failures = [], []
         self.warned = False
 
     @property
@@ -487,36 +592,23 @@ class FusedForward:
 
     def specialise(self, args, kwargs):
         """Traces the forward for a call with these arguments, rewritten by the patterns applied so
-        far; raises where it does not trace (the failure is kept: such calls run the original)."""
-        flat = _flat_arguments(self.signature, args, kwargs)
-        try:
-            graphs, concrete, asked = trace(self.module, args, kwargs)
-        except Exception:
-            concrete = {k: v for k, v in flat.items() if _signature_of(v) is None}
-            self._keep(_Specialisation(concrete, ASPECTS, flat, None))
-            raise
-        kept = _Specialisation(concrete, asked, flat, graphs)
+        far, and keeps it; raises where it does not trace."""
+        flat = self.binder(args, kwargs)
+        graphs, concrete, asked = trace(self.module, args, kwargs)
+        state = _state_of(self.module) if asked & {"dtype", "device"} else None
+        kept = _Specialisation(concrete, asked, flat, state, graphs)
         ctx = _MatchedKinds(self.kinds)
         for source in self.patterns:
             pattern = _compiled_pattern(*source)
             for graph in graphs.values():
                 pattern.rewrite(graph, ctx)
-        self._keep(kept)
+        self.specialisations.append(kept)
         return kept
-
-    def _keep(self, specialisation):
-        if len(self.specialisations) < MAX_SPECIALISATIONS:
-            self.specialisations.append(specialisation)
-        elif not self.warned:
-            self.warned = True
-            warnings.warn(f"opfuse: {self.path or 'the model'} has been called with more than {MAX_SPECIALISATIONS} "
-                          "argument shapes or values; calls with new ones run its original, unfused forward",
-                          RuntimeWarning)
 
     def rewrite(self, patterns, ctx):
         """Applies the patterns to every graph kept; returns the places replaced in the first call's."""
         counts = [{training: sum(p.rewrite(g, ctx) for p in patterns) for training, g in s.graphs.items()}
-                  for s in self.specialisations if s.graphs is not None]
+                  for s in self.specialisations]
         replaced = counts[0].get(True, 0) or counts[0].get(False, 0)
         if replaced:
             self.patterns.extend((p.source, p.replacement, p.output_names) for p in patterns)
@@ -532,30 +624,52 @@ class FusedForward:
 
     def __call__(self, *args, **kwargs):
         m = self.module
-        flat = _flat_arguments(self.signature, args, kwargs)
-        found = next((s for s in self.specialisations if s.fits(flat)), None)
-        if found is None and len(self.specialisations) < MAX_SPECIALISATIONS:
-            try:
-                found = self.specialise(args, kwargs)
-            except Exception as e:
-                warnings.warn(f"opfuse: {self.path or 'the model'} does not trace for this call, which runs its "
-                              f"original forward: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                              RuntimeWarning)
-        elif found is None:
-            self._keep(None)  # past the limit: warns once
-        if found is not None and found.graphs is not None:
+        if _has_proxy(args) or _has_proxy(kwargs.values()):
+            # called as self.child.forward(...) while its parent is traced: the parent's graph
+            # takes the original code (a module call would have stayed a leaf)
+            return type(m).forward(m, *args, **kwargs)
+        flat, held = self.binder(args, kwargs), []
+
+        def state():  # computed once, and only for a graph that asked dtypes or devices
+            if not held:
+                held.append(_state_of(m))
+            return held[0]
+
+        found = next((s for s in self.specialisations if s.fits(flat, state)), None)
+        if found is None:
+            found = self._specialise_call(args, kwargs, flat)
+        if found is not None:
             return found.compiled(m.training)(m, *self._graph_arguments(flat))
         return type(m).forward(m, *args, **kwargs)
+
+    def _specialise_call(self, args, kwargs, flat):
+        """The graphs for a call no specialisation fits, traced now; None to run the original."""
+        key = _failure_key(flat)
+        if any(len(key) == len(f) and all(k in f and _same(v, f[k]) for k, v in key.items()) for f in self.failures):
+            return None
+        if len(self.specialisations) >= MAX_SPECIALISATIONS or len(self.failures) >= MAX_SPECIALISATIONS:
+            if not self.warned:
+                self.warned = True
+                warnings.warn(f"opfuse: {self.path or 'the model'} has been called with more than "
+                              f"{MAX_SPECIALISATIONS} argument shapes or values; calls with new ones run its original, "
+                              "unfused forward", RuntimeWarning)
+            return None
+        try:
+            return self.specialise(args, kwargs)
+        except Exception as e:  # tracing runs the user's code: any error means "does not trace"
+            self.failures.append(key)
+            warnings.warn(f"opfuse: {self.path or 'the model'} does not trace for this call, which runs its original "
+                          f"forward: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", RuntimeWarning)
+            return None
 
     def __deepcopy__(self, memo):
         twin = FusedForward.__new__(FusedForward)
         memo[id(self)] = twin
         twin.__dict__.update(self.__dict__)
         twin.module = copy.deepcopy(self.module, memo)
-        twin.patterns, twin.kinds = list(self.patterns), set(self.kinds)
-        twin.specialisations = [
-            s.with_graphs(None if s.graphs is None else {k: copy.deepcopy(g, memo) for k, g in s.graphs.items()})
-            for s in self.specialisations]
+        twin.patterns, twin.kinds, twin.failures = list(self.patterns), set(self.kinds), list(self.failures)
+        twin.specialisations = [s.with_graphs({k: copy.deepcopy(g, memo) for k, g in s.graphs.items()})
+                                for s in self.specialisations]
         return twin
 
     def __getstate__(self):
@@ -603,7 +717,8 @@ MODULE_KINDS = {
     "gelu_tanh_module": _is_gelu_tanh_module,
     "dropout_module": lambda module, rules, calls, path: isinstance(module, torch.nn.Dropout),
     "rms_norm_module": lambda module, rules, calls, path: _fused_rms_norm(module, rules, calls, path) is not None,
-    "cross_entropy_module": lambda module, rules, calls, path: isinstance(module, torch.nn.CrossEntropyLoss),
+    "cross_entropy_module": lambda module, rules, calls, path: (isinstance(module, torch.nn.CrossEntropyLoss) and
+                                                                type(module).forward is torch.nn.CrossEntropyLoss.forward),
 }
 
 # Kinds whose submodule the replacement takes in its fused form: it is put in place of the user's

@@ -6,6 +6,7 @@ import math
 import os
 import random
 import sys
+import warnings
 
 import pytest
 import torch
@@ -820,6 +821,164 @@ def test_gated_gelu_takes_the_fused_geglu(act):
     # exact GELU is not the fused op's: verification leaves it as written
     exact = _GatedGelu(16, nn.GELU())
     assert "geglu" not in dict(opfuse.patch(exact, (x,), lambda y: y.pow(2).mean()))
+
+
+class _AssignsItsLoss(nn.Module):
+    """llama2.c's Transformer: `self.last_loss = F.cross_entropy(...)` in the forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.lm_head, self.last_loss = nn.Linear(8, 10), None
+
+    def forward(self, h, targets):
+        logits = self.lm_head(h)
+        self.last_loss = F.cross_entropy(logits.view(-1, 10), targets.view(-1), ignore_index=-1)
+        return logits
+
+
+def test_a_forward_that_assigns_to_its_module_is_not_traced():
+    """fx records no assignment: a rewritten graph would leave last_loss unset."""
+    model, h, t = _AssignsItsLoss(), torch.randn(2, 3, 8), torch.randint(0, 10, (2, 3))
+    workload = opfuse.PythonWorkload(model, (h, t), lambda y: y.sum(), None, opfuse._rules(None))
+    assert workload.apply(next(r for r in opfuse._rules(None) if r.name == "cross_entropy")) == 0
+    assert "forward assigns self.last_loss" in workload.not_traced["(model)"]
+    model.last_loss = None
+    model(h, t)
+    assert model.last_loss is not None
+
+
+class _BuildsAConstant(nn.Module):
+    """A tensor built outside the graph (the legacy constructor), which fx keeps as
+    _tensor_constant0 on the module, and a shape asked, so a new batch size retraces."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(6, 6)
+
+    def forward(self, x):
+        y = self.proj(x).view(x.shape[0], -1)
+        return y * torch.sigmoid(y) * torch.Tensor([0.5])
+
+
+class _Cache:
+    """A key/value cache as Hugging Face's DynamicCache: the forward changes it."""
+
+    def __init__(self):
+        self.seen = []
+
+    def update(self, k):
+        self.seen.append(k)
+        return k
+
+
+class _OptionalMaskAndCache(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x, mask=None, cache=None):
+        y = self.proj(x)
+        if mask is not None:
+            y = y + mask
+        if cache is not None:
+            y = cache.update(y)
+        return y * torch.sigmoid(y)
+
+
+def test_calls_a_graph_cannot_take_run_the_original_and_constants_stay():
+    model, x = _BuildsAConstant(), torch.randn(3, 6)
+    reference = copy.deepcopy(model)
+    assert dict(opfuse.patch(model, (x,), lambda y: y.sum())).get("silu") == 1
+    for batch in (3, 5):
+        other = torch.randn(batch, 6)
+        assert torch.allclose(model(other), reference(other), rtol=1e-6, atol=1e-7)
+    assert torch.allclose(copy.deepcopy(model)(x), reference(x), rtol=1e-6, atol=1e-7)
+
+    model, mask = _OptionalMaskAndCache(), torch.randn(2, 4)
+    reference = copy.deepcopy(model)
+    assert dict(opfuse.patch(model, (x[:2, :4], mask), lambda y: y.sum())).get("silu") == 1
+    # None where the graph took a tensor: another call, traced for itself
+    assert torch.allclose(model(x[:2, :4]), reference(x[:2, :4]), rtol=1e-6, atol=1e-7)
+    # an object the forward changes is never traced with: the caller's cache keeps real tensors
+    cache = _Cache()
+    with pytest.warns(RuntimeWarning, match="argument 'cache' is a _Cache, which a graph cannot hold fixed"):
+        got = model(x[:2, :4], mask, cache)
+    assert torch.allclose(got, reference(x[:2, :4], mask), rtol=1e-6, atol=1e-7)
+    assert len(cache.seen) == 1 and type(cache.seen[0]) is torch.Tensor
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a call like one that did not trace: no second trace, no warning
+        model(x[:2, :4], mask, _Cache())
+
+
+class _EmbedsAndAsksDtype(nn.Module):
+    """A dtype asked of a tensor made from the module's own parameters (not an argument)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 6)
+
+    def forward(self, idx):
+        h = self.emb(idx)
+        return (h * torch.sigmoid(h)).clamp(min=torch.finfo(h.dtype).min / 2) + torch.finfo(h.dtype).eps
+
+
+def test_a_graph_that_asked_a_dtype_is_traced_again_when_the_parameters_change_dtype():
+    model, idx = _EmbedsAndAsksDtype(), torch.randint(0, 10, (2, 5))
+    reference = copy.deepcopy(model)
+    assert dict(opfuse.patch(model, (idx,), lambda y: y.sum())).get("silu") == 1
+    model.double(), reference.double()
+    got = model(idx)
+    assert got.dtype == torch.float64 and torch.allclose(got, reference(idx), rtol=1e-12, atol=0)
+    assert len(model.forward.specialisations) == 2
+
+
+class _Child(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.proj(x).reshape(x.shape[0], -1, 4)  # asks a shape: specialised
+        return y * torch.sigmoid(y)
+
+
+class _CallsChildForward(nn.Module):
+    """llama2.c's blocks call `self.attention.forward(...)`, bypassing the module call."""
+
+    def __init__(self):
+        super().__init__()
+        self.child = _Child()
+
+    def forward(self, x):
+        B, T, C = x.shape
+        return self.child.forward(x).reshape(B, T * C) * 2
+
+
+def test_a_child_called_through_its_forward_joins_its_parents_graph_at_every_length():
+    model, reference = _CallsChildForward(), None
+    reference = copy.deepcopy(model)
+    assert dict(opfuse.patch(model, (torch.randn(2, 3, 4),), lambda y: y.sum())).get("silu") == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for T in (3, 5, 7):
+            x = torch.randn(2, T, 4)
+            got, ran = _opfuse_ops_run(model, x)
+            assert "opfuse::silu" in ran and torch.allclose(got, reference(x), rtol=1e-6, atol=1e-7)
+
+
+def test_causal_masks_are_found_per_sample_and_loss_subclasses_are_left_alone():
+    mask = torch.full((8, 8), torch.finfo(torch.float32).min).triu(1)
+    assert opfuse.functional._is_causal(mask[None, None].expand(3, 1, 8, 8), 8, 8, additive=True)
+    padded = mask[None, None].repeat(2, 1, 1, 1)
+    padded[1, 0, :, 0] = torch.finfo(torch.float32).min  # a left-padded sample
+    assert not opfuse.functional._is_causal(padded, 8, 8, additive=True)
+
+    class Weighted(nn.CrossEntropyLoss):
+        def forward(self, x, t):
+            return 2 * super().forward(x, t)
+
+    kind = opfuse.rewrite.MODULE_KINDS["cross_entropy_module"]
+    assert kind(nn.CrossEntropyLoss(), [], {}, "") and not kind(Weighted(), [], {}, "")
 
 
 class _T5LayerNorm(nn.Module):
