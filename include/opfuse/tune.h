@@ -70,6 +70,7 @@ struct Verdict {
   double margin = 0;  // the largest deviation over its allowance: ≤ 1 passes
   std::string worst;  // the tensor (and precision) with the largest deviation over its allowance
   std::string error;  // set when the rewritten model failed to run
+  std::string float64_skipped;  // why only float32 was compared (the baseline itself fails in float64)
 };
 
 enum class Decision { kept, rolled_back, inconclusive };

@@ -981,6 +981,32 @@ def test_causal_masks_are_found_per_sample_and_loss_subclasses_are_left_alone():
     assert kind(nn.CrossEntropyLoss(), [], {}, "") and not kind(Weighted(), [], {}, "")
 
 
+class _Hf436Mask(nn.Module):
+    """Hugging Face 4.36's _make_causal_mask: torch.full((T, T), finfo(dtype).min) without a dtype,
+    which overflows float32 when dtype is float64: the model as written cannot run in float64."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(6, 6)
+
+    def forward(self, x):
+        T = x.shape[1]
+        mask = torch.full((T, T), torch.finfo(x.dtype).min).triu(1)
+        s = self.proj(x) @ x.transpose(1, 2) + mask.to(x.dtype)
+        return s * torch.sigmoid(s)
+
+
+def test_a_model_that_cannot_run_in_float64_is_verified_in_float32_and_says_so(tmp_path):
+    model, x = _Hf436Mask(), torch.randn(2, 4, 6)
+    with pytest.raises(RuntimeError, match="overflow"):
+        copy.deepcopy(model).double()(x.double())
+    result = opfuse.tune(model, (x,), lambda y: y.clamp(min=-1).pow(2).mean(), out=str(tmp_path / "r"), **QUICK)
+    silu = next(r for r in result.replacements if r.rule == "silu")
+    assert silu.verified and silu.float64_rel_error is None
+    assert "does not run in float64" in silu.float64_skipped and "overflow" in silu.float64_skipped
+    assert "verified in float32 only" in result.text and "f32 only" in result.text
+
+
 class _T5LayerNorm(nn.Module):
     """T5's: only what the variance is taken of is cast to float32; x · rstd stays in x's dtype."""
 
