@@ -235,7 +235,13 @@ class ValueTracer(LeafTracer):
         return factory
 
     def call_module(self, m, forward, args, kwargs):
-        return forward(*args, **kwargs) if self.running else super().call_module(m, forward, args, kwargs)
+        if self.running:
+            return forward(*args, **kwargs)
+        try:
+            self.path_of_module(m)
+        except NameError:  # a module made in the forward (4.36's `loss_fct = CrossEntropyLoss()`): traced through
+            return forward(*args, **kwargs)
+        return super().call_module(m, forward, args, kwargs)
 
     def getattr(self, attr, attr_val, parameter_proxy_cache):
         return attr_val if self.running else super().getattr(attr, attr_val, parameter_proxy_cache)
@@ -795,8 +801,8 @@ class FxPattern:
     # Matching: the pattern's output node anchored on a graph node, arguments matched backwards.
     # A placeholder binds a value node, or a constant the forward computed while it was traced:
     # a number or shape (llama2.c's `/ math.sqrt(self.head_dim)`, its `reshape(xq.shape[:-1] +
-    # (-1, 2))`), a flag (`training=self.training`), a dtype (`.to(query_states.dtype)`) or a
-    # string (`reduction="sum"`).
+    # (-1, 2))`), a flag (`training=self.training`), a dtype (`.to(query_states.dtype)`), a
+    # string (`reduction="sum"`) or None (`weight=None`).
     def _match(self, p, t, env, ctx):
         if p.op == "placeholder" and _is_constant(t):
             if p not in env:
@@ -894,7 +900,7 @@ class FxPattern:
 def _is_constant(value):
     if isinstance(value, (list, tuple)):
         return all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-    return isinstance(value, (int, float, bool, str, torch.dtype))
+    return value is None or isinstance(value, (int, float, bool, str, torch.dtype))
 
 
 class _LeafCalls:

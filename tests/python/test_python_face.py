@@ -770,7 +770,17 @@ class _HfLoss(_NanoGptLoss):
         return self.loss_fct(shift_logits.view(-1, shift_logits.size(-1)), shift_labels.view(-1))
 
 
-@pytest.mark.parametrize("model_class, ignored", [(_NanoGptLoss, -1), (_HfLoss, -100)])
+class _Hf436Loss(_NanoGptLoss):
+    """Hugging Face 4.36's: the CrossEntropyLoss made in the forward (not a submodule)."""
+
+    def forward(self, idx, labels):
+        logits = self.lm_head(self.emb(idx))
+        shift_logits, shift_labels = logits[..., :-1, :].contiguous(), labels[..., 1:].contiguous()
+        loss_fct = nn.CrossEntropyLoss()
+        return loss_fct(shift_logits.view(-1, shift_logits.size(-1)), shift_labels.view(-1))
+
+
+@pytest.mark.parametrize("model_class, ignored", [(_NanoGptLoss, -1), (_HfLoss, -100), (_Hf436Loss, -100)])
 def test_a_loss_computed_in_the_forward_takes_the_fused_cross_entropy(model_class, ignored):
     model = model_class(50, 16)
     idx, targets = torch.randint(0, 50, (3, 9)), torch.randint(0, 50, (3, 9))
