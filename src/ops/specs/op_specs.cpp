@@ -1,5 +1,5 @@
 // The table of op specs, in the order bench-op lists them. Each spec is made by its op's
-// <op>_spec.cpp.
+// <op>_spec.cpp (geglu's beside swiglu's, in swiglu_spec.cpp).
 #include "opfuse/op_spec.h"
 
 namespace opfuse {
