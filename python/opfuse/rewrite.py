@@ -366,7 +366,7 @@ def trace(module, args, kwargs):
                         if assigned:
                             raise TypeError(f"forward assigns self.{assigned[0]}, which the rewritten graph would "
                                             "not repeat")
-                    asked |= tracer.asked
+                    asked |= tracer.asked | _baked(graphs[training])
                     break
                 except Exception as e:  # tracing runs the user's code: any error means "does not trace"
                     fn = _untraceable_callee(e, forward)
@@ -377,6 +377,24 @@ def trace(module, args, kwargs):
         module.training = was
         module.__class__ = cls
     return graphs, concrete, frozenset(asked)
+
+
+def _baked(graph):
+    """"dtype" and "device" where the graph holds one as a constant: read from the module's own
+    state (Hugging Face's `self.dtype`, next(self.parameters()).dtype), which tracing cannot see
+    being asked, such a graph is another one when the parameters' dtypes or devices change."""
+    held = set()
+
+    def note(value):
+        if isinstance(value, torch.dtype):
+            held.add("dtype")
+        elif isinstance(value, torch.device):
+            held.add("device")
+        return value
+
+    for node in graph.nodes:
+        fx.node.map_aggregate((node.args, node.kwargs), note)
+    return held
 
 
 def _traceable_class(cls, signature, keys):

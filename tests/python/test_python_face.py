@@ -932,8 +932,22 @@ class _EmbedsAndAsksDtype(nn.Module):
         return (h * torch.sigmoid(h)).clamp(min=torch.finfo(h.dtype).min / 2) + torch.finfo(h.dtype).eps
 
 
-def test_a_graph_that_asked_a_dtype_is_traced_again_when_the_parameters_change_dtype():
-    model, idx = _EmbedsAndAsksDtype(), torch.randint(0, 10, (2, 5))
+class _ReadsSelfDtype(_EmbedsAndAsksDtype):
+    """Hugging Face's `self.dtype` (next(self.parameters()).dtype): read from real state, never
+    asked of a traced value, and held in the graph as a constant."""
+
+    @property
+    def dtype(self):
+        return next(self.parameters()).dtype
+
+    def forward(self, idx):
+        h = self.emb(idx)
+        return h * torch.sigmoid(h) + torch.zeros(1, dtype=self.dtype)
+
+
+@pytest.mark.parametrize("model_class", [_EmbedsAndAsksDtype, _ReadsSelfDtype])
+def test_a_graph_that_holds_a_dtype_is_traced_again_when_the_parameters_change_dtype(model_class):
+    model, idx = model_class(), torch.randint(0, 10, (2, 5))
     reference = copy.deepcopy(model)
     assert dict(opfuse.patch(model, (idx,), lambda y: y.sum())).get("silu") == 1
     model.double(), reference.double()
