@@ -309,12 +309,12 @@ def _flat_arguments(signature, args, kwargs):
     return flat
 
 
-def _split_arguments(signature, args, kwargs):
-    """(concrete, inputs) of a call of a forward: the arguments that are not tensors (held at
-    their values in a graph) and the values fx traces with, tensors cloned; raises for a call fx
-    cannot take."""
+def _split_arguments(signature, flat):
+    """(concrete, inputs) of a call of a forward, given its flat arguments: the arguments that are
+    not tensors (held at their values in a graph) and the values fx traces with, tensors cloned;
+    raises for a call fx cannot take."""
     concrete, inputs = {}, {}
-    for name, value in _flat_arguments(signature, args, kwargs).items():
+    for name, value in flat.items():
         parameter = signature.parameters.get(name)
         if name == KEYWORDS:
             concrete[name] = value
@@ -335,14 +335,14 @@ def _split_arguments(signature, args, kwargs):
     return concrete, inputs
 
 
-def trace(module, args, kwargs):
-    """({training: fx.Graph}, concrete, asked) for the module's own forward called with these
-    arguments, or raises with the reason it does not trace. Arguments that are not tensors are held
+def trace(module, flat):
+    """({training: fx.Graph}, concrete, asked) for the module's own forward called with these flat
+    arguments (_flat_arguments), or raises with the reason it does not trace. Arguments that are not tensors are held
     at their values (concrete); asked: what of the tensors the graphs also hold ("shape", "dtype",
     "device"), because the forward asked it."""
     forward = type(module).forward
     signature = inspect.signature(forward)
-    concrete, inputs = _split_arguments(signature, args, kwargs)
+    concrete, inputs = _split_arguments(signature, flat)
     graphs, wrapped, was, asked, constants = {}, [], module.training, set(), {}
     attributes, cls = _attributes_of(module), type(module)
     fx_concrete = {k: v for k, v in concrete.items() if k != KEYWORDS}  # the graph's arguments held at their values
@@ -614,11 +614,10 @@ class FusedForward:
         """The graphs of the call the module was first traced with."""
         return self.specialisations[0].graphs
 
-    def specialise(self, args, kwargs):
-        """Traces the forward for a call with these arguments, rewritten by the patterns applied so
-        far, and keeps it; raises where it does not trace."""
-        flat = self.binder(args, kwargs)
-        graphs, concrete, asked = trace(self.module, args, kwargs)
+    def specialise(self, flat):
+        """Traces the forward for a call with these flat arguments (self.binder's), rewritten by
+        the patterns applied so far, and keeps it; raises where it does not trace."""
+        graphs, concrete, asked = trace(self.module, flat)
         state = _state_of(self.module) if asked & {"dtype", "device"} else None
         kept = _Specialisation(concrete, asked, flat, state, graphs)
         ctx = _MatchedKinds(self.kinds)
@@ -661,12 +660,12 @@ class FusedForward:
 
         found = next((s for s in self.specialisations if s.fits(flat, state)), None)
         if found is None:
-            found = self._specialise_call(args, kwargs, flat)
+            found = self._specialise_call(flat)
         if found is not None:
             return found.compiled(m.training)(m, *self._graph_arguments(flat))
         return type(m).forward(m, *args, **kwargs)
 
-    def _specialise_call(self, args, kwargs, flat):
+    def _specialise_call(self, flat):
         """The graphs for a call no specialisation fits, traced now; None to run the original."""
         key = _failure_key(flat)
         if any(len(key) == len(f) and all(k in f and _same(v, f[k]) for k, v in key.items()) for f in self.failures):
@@ -679,7 +678,7 @@ class FusedForward:
                               "unfused forward", RuntimeWarning)
             return None
         try:
-            return self.specialise(args, kwargs)
+            return self.specialise(flat)
         except Exception as e:  # tracing runs the user's code: any error means "does not trace"
             self.failures.append(key)
             warnings.warn(f"opfuse: {self.path or 'the model'} does not trace for this call, which runs its original "
@@ -704,11 +703,14 @@ class FusedForward:
 
 # ---- patterns ---------------------------------------------------------------------------------
 
+def _computes_rule(name, module, rules, calls, path):
+    """Whether the module's whole recorded forward is the chain of the rule of that name."""
+    rule = next((r for r in rules if r.name == name), None)
+    return rule is not None and computes(rule, path, module, calls)
+
+
 def _is_silu_module(module, rules, calls, path):
-    if isinstance(module, (torch.nn.SiLU, opfuse_nn.SiLU)):
-        return True
-    silu = next((r for r in rules if r.name == "silu"), None)
-    return silu is not None and computes(silu, path, module, calls)
+    return isinstance(module, (torch.nn.SiLU, opfuse_nn.SiLU)) or _computes_rule("silu", module, rules, calls, path)
 
 
 def _is_gelu_tanh_module(module, rules, calls, path):
@@ -717,10 +719,9 @@ def _is_gelu_tanh_module(module, rules, calls, path):
     gelu it is, verification tells)."""
     if isinstance(module, torch.nn.GELU):
         return module.approximate == "tanh"
-    gelu_tanh = next((r for r in rules if r.name == "gelu_tanh"), None)
     call = calls.get(path)
     lone_gelu = call is not None and call.ops == ["aten::gelu"] and not any(True for _ in module.children())
-    return lone_gelu or (gelu_tanh is not None and computes(gelu_tanh, path, module, calls))
+    return lone_gelu or _computes_rule("gelu_tanh", module, rules, calls, path)
 
 
 def _fused_rms_norm(module, rules, calls, path):
@@ -728,8 +729,7 @@ def _fused_rms_norm(module, rules, calls, path):
     rule's chain and has a weight and an eps), or None."""
     if isinstance(module, opfuse_nn.RMSNorm):
         return module
-    rms_norm = next((r for r in rules if r.name == "rms_norm"), None)
-    if rms_norm is None or not computes(rms_norm, path, module, calls) or opfuse_nn.RMSNorm.cannot_take(module):
+    if not _computes_rule("rms_norm", module, rules, calls, path) or opfuse_nn.RMSNorm.cannot_take(module):
         return None
     return opfuse_nn.RMSNorm.from_module(module, calls[path].ops)
 
@@ -985,7 +985,7 @@ def rewrite_forwards(model, rule, rules, calls, not_traced):
         if not isinstance(fused, FusedForward):
             fused = FusedForward(module, path)
             try:
-                fused.specialise(call.args, call.kwargs)
+                fused.specialise(fused.binder(call.args, call.kwargs))
             except Exception as e:
                 not_traced[path or "(model)"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 continue
