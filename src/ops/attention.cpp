@@ -117,14 +117,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_forward_cpu(const at::T
   cpu::AttentionOptions options = options_of(q, causal, scale, dropout_p, op);
   if (dropout_p > 0) options.seed = draw_seed(generator);
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
-  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::toOpMathType(q.scalar_type())));
+  at::Tensor stats =
+      at::empty({q.size(0), q.size(1), q.size(2), 2}, q.options().dtype(at::toOpMathType(q.scalar_type())));
   if (k.size(2) == 0) {  // softmax over no keys is empty: the output sums nothing
-    out.zero_(), lse.fill_(-INFINITY);
+    out.zero_(), stats.select(-1, 0).fill_(-INFINITY), stats.select(-1, 1).zero_();
   } else {
-    cpu::attention_forward_kernel(q, k, v, m, options, out, lse);
+    cpu::attention_forward_kernel(q, k, v, m, options, out, stats);
   }
-  if (q_in.dim() == 3) out = out.squeeze(1), lse = lse.squeeze(1);
-  return {out, lse, seed_tensor(options.seed)};
+  if (q_in.dim() == 3) out = out.squeeze(1), stats = stats.squeeze(1);
+  return {out, stats, seed_tensor(options.seed)};
 }
 
 at::Tensor attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
@@ -135,7 +136,7 @@ at::Tensor attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Ten
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
     const at::Tensor& grad, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-    const at::Tensor& out_in, const at::Tensor& lse_in, const at::Tensor& seed, bool causal,
+    const at::Tensor& out_in, const at::Tensor& stats_in, const at::Tensor& seed, bool causal,
     c10::optional<double> scale, const OptTensor& mask, double dropout_p) {
   constexpr const char* op = "opfuse::attention_backward";
   check_qkv(q_in, k_in, v_in, op);
@@ -149,16 +150,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
               out_in.sizes());
   TORCH_CHECK(grad.scalar_type() == q.scalar_type() && out.scalar_type() == q.scalar_type(), op,
               ": grad and out must have q's dtype");
-  const at::Tensor lse = (q_in.dim() == 3 ? lse_in.unsqueeze(1) : lse_in).contiguous();
-  TORCH_CHECK(lse.sizes() == out.sizes().slice(0, 3) && lse.scalar_type() == at::toOpMathType(q.scalar_type()), op,
-              ": lse must be the [B, H, T] ", at::toOpMathType(q.scalar_type()), " that _forward returned, got ",
-              lse_in.sizes(), " ", lse_in.scalar_type());
+  const at::Tensor stats = (q_in.dim() == 3 ? stats_in.unsqueeze(1) : stats_in).contiguous();
+  const std::vector<int64_t> stats_shape{q.size(0), q.size(1), q.size(2), 2};
+  TORCH_CHECK(stats.sizes() == at::IntArrayRef(stats_shape) && stats.scalar_type() == at::toOpMathType(q.scalar_type()),
+              op, ": stats must be the [B, H, T, 2] ", at::toOpMathType(q.scalar_type()),
+              " (each row's score max and sum) that _forward returned, got ", stats_in.sizes(), " ",
+              stats_in.scalar_type());
   const at::Tensor m = kernel_mask(mask, q, k.size(2), causal, op);
   cpu::AttentionOptions options = options_of(q, causal, scale, dropout_p, op);
   options.seed = seed_of(seed, op);
   at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
              dv = at::empty(v.sizes(), v.options());
-  cpu::attention_backward_kernel(dout, q, k, v, out, lse, m, options, dq, dk, dv);
+  cpu::attention_backward_kernel(dout, q, k, v, out, stats, m, options, dq, dk, dv);
   if (q_in.dim() == 3) dq = dq.squeeze(1), dk = dk.squeeze(1), dv = dv.squeeze(1);
   return {dq, dk, dv};
 }
@@ -195,8 +198,8 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     TORCH_CHECK(!mask || !mask->defined() || !mask->requires_grad(),
                 "opfuse::attention: attn_mask gets no gradient; detach it or compute its gradient with the composite");
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [out, lse, seed] = forward_op().call(q, k, v, causal, scale, mask, dropout_p, generator);
-    ctx->save_for_backward({q, k, v, out, lse, seed});
+    auto [out, stats, seed] = forward_op().call(q, k, v, causal, scale, mask, dropout_p, generator);
+    ctx->save_for_backward({q, k, v, out, stats, seed});
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["scale"] = scale ? c10::IValue(*scale) : c10::IValue();
     ctx->saved_data["mask"] = mask && mask->defined() ? c10::IValue(*mask) : c10::IValue();

@@ -78,7 +78,7 @@ TORCH_LIBRARY(opfuse, m) {
         "float dropout_p=0.0, Generator? generator=None) -> Tensor");
   m.def("attention_forward(Tensor q, Tensor k, Tensor v, bool causal, float? scale, Tensor? attn_mask, "
         "float dropout_p, Generator? generator) -> (Tensor, Tensor, Tensor)");
-  m.def("attention_backward(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor seed, "
+  m.def("attention_backward(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out, Tensor stats, Tensor seed, "
         "bool causal, float? scale, Tensor? attn_mask, float dropout_p) -> (Tensor, Tensor, Tensor)");
 }
 

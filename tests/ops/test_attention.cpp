@@ -151,6 +151,25 @@ TEST_P(AttentionTest, BooleanAndAdditiveMasks) {
   check(a, "additive mask [B, 1, T, S]");
 }
 
+// Padding masks add a large finite value (−1e9, finfo.min) rather than −inf, and a padded query
+// row is then masked whole: every score of it sits near that value, which absorbs the scores
+// (softmax is uniform over the row, in float64 too at −1e30) and absorbed log l when the
+// backward kept only m + log l. Those rows' gradients were then off by O(1).
+TEST_P(AttentionTest, RowsMaskedWholeByAFiniteValue) {
+  const auto [cap, dtype] = GetParam();
+  CapabilityScope scope(cap);
+  SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
+  const int64_t T = 70, S = 70;
+  at::Tensor mask = torch::zeros({2, 1, T, S});
+  mask.select(0, 0).narrow(1, 0, 5).fill_(-1e30);       // sample 0's first 5 rows: masked whole
+  mask.select(0, 1).narrow(2, 0, 20).fill_(-1e30);      // sample 1's first 20 keys: padding
+  Case c = random_case({2, 3, T, 32}, S, 32, dtype);
+  c.mask = mask;
+  check(c, "rows masked whole by -1e30");
+  c.causal = true;
+  check(c, "padding and causal");
+}
+
 // minGPT's mask: a registered tril [1, 1, 128, 128] sliced to T. Exactly causal, so it runs as
 // causal (the same bits as causal=true); one key more or less and it is a mask like any other.
 TEST_P(AttentionTest, AnExactlyCausalMaskRunsAsCausal) {

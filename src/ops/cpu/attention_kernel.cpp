@@ -96,12 +96,12 @@ struct Head {
   MaskView<A> mask;
 };
 
-// The backward's per-head inputs: do and o [T, Dv] and lse [T].
+// The backward's per-head inputs: do and o [T, Dv] and the rows' (max, sum) [T, 2].
 template <typename A>
 struct Grad {
   const A *dout, *out;
   int64_t ld_dout, ld_out;
-  const A* lse;
+  const A* stats;
 };
 
 // A thread's working memory, carved from one tensor allocated on the calling thread (so torch's
@@ -169,7 +169,7 @@ std::vector<Head<A>> heads_of(const at::Tensor& q, const at::Tensor& k, const at
 
 template <typename T>
 void forward_impl(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const at::Tensor& mask,
-                  const AttentionOptions& options, at::Tensor& out, at::Tensor& lse) {
+                  const AttentionOptions& options, at::Tensor& out, at::Tensor& stats) {
   using A = at::opmath_type<T>;
   const auto a = c10::CppTypeToScalarType<A>::value;
   const at::Tensor q = rows_of(q_in, a), k = rows_of(k_in, a), v = rows_of(v_in, a);
@@ -177,7 +177,7 @@ void forward_impl(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tens
   const std::vector<Head<A>> heads = heads_of<A>(q, k, v, mask);
   const int64_t blocks = (p.T + p.tile - 1) / p.tile;
   T* op = out.data_ptr<T>();
-  A* lp = lse.data_ptr<A>();
+  A* sp = stats.data_ptr<A>();
   // One task per (head, query block): blocks are independent, so even one head fills every thread.
   std::vector<Scratch<A>> scratch = scratch_per_thread<A>(p, false);
   at::parallel_for(0, int64_t(heads.size()) * blocks, 1, [&](int64_t begin, int64_t end) {
@@ -185,14 +185,14 @@ void forward_impl(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tens
     for (int64_t t = begin; t < end; ++t) {
       const int64_t bh = t / blocks, i0 = (t % blocks) * p.tile, rows = std::min(p.tile, p.T - i0);
       OPFUSE_ON_PATH(T, forward_block,
-                     (heads[bh], p, bh, i0, rows, w, op + bh * p.T * p.Dv, p.Dv, lp + bh * p.T));
+                     (heads[bh], p, bh, i0, rows, w, op + bh * p.T * p.Dv, p.Dv, sp + 2 * bh * p.T));
     }
   });
 }
 
 template <typename T>
 void backward_impl(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-                   const at::Tensor& out_in, const at::Tensor& lse, const at::Tensor& mask,
+                   const at::Tensor& out_in, const at::Tensor& stats, const at::Tensor& mask,
                    const AttentionOptions& options, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv) {
   using A = at::opmath_type<T>;
   const auto a = c10::CppTypeToScalarType<A>::value;
@@ -200,7 +200,7 @@ void backward_impl(const at::Tensor& dout_in, const at::Tensor& q_in, const at::
   const at::Tensor dout = rows_of(dout_in, a), out = rows_of(out_in, a);
   const Problem p = problem_of(q, v, k.size(2), options);
   const std::vector<Head<A>> heads = heads_of<A>(q, k, v, mask);
-  const A* lp = lse.data_ptr<A>();
+  const A* sp = stats.data_ptr<A>();
   T *dqp = dq.data_ptr<T>(), *dkp = dk.data_ptr<T>(), *dvp = dv.data_ptr<T>();
   const int64_t H = q.size(1);
   // One task per head: its key tiles all add into the head's dq.
@@ -211,7 +211,7 @@ void backward_impl(const at::Tensor& dout_in, const at::Tensor& q_in, const at::
       const int64_t b = bh / H, h = bh % H;
       const Grad<A> g{dout.data_ptr<A>() + b * dout.stride(0) + h * dout.stride(1),
                       out.data_ptr<A>() + b * out.stride(0) + h * out.stride(1), dout.stride(2), out.stride(2),
-                      lp + bh * p.T};
+                      sp + 2 * bh * p.T};
       OPFUSE_ON_PATH(T, backward_head,
                      (heads[bh], g, p, bh, w, dqp + bh * p.T * p.D, dkp + bh * p.S * p.D, dvp + bh * p.S * p.Dv));
     }
@@ -221,16 +221,16 @@ void backward_impl(const at::Tensor& dout_in, const at::Tensor& q_in, const at::
 }  // namespace
 
 void attention_forward_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                              const AttentionOptions& options, at::Tensor& out, at::Tensor& lse) {
+                              const AttentionOptions& options, at::Tensor& out, at::Tensor& stats) {
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, q.scalar_type(), "opfuse::attention",
-                                 [&] { forward_impl<scalar_t>(q, k, v, mask, options, out, lse); });
+                                 [&] { forward_impl<scalar_t>(q, k, v, mask, options, out, stats); });
 }
 
 void attention_backward_kernel(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               const at::Tensor& out, const at::Tensor& lse, const at::Tensor& mask,
+                               const at::Tensor& out, const at::Tensor& stats, const at::Tensor& mask,
                                const AttentionOptions& options, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv) {
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, q.scalar_type(), "opfuse::attention_backward", [&] {
-    backward_impl<scalar_t>(dout, q, k, v, out, lse, mask, options, dq, dk, dv);
+    backward_impl<scalar_t>(dout, q, k, v, out, stats, mask, options, dq, dk, dv);
   });
 }
 

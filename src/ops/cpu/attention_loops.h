@@ -5,9 +5,12 @@
 // Forward, per block of query rows (FlashAttention's online softmax):
 //   for each key tile:  s = scale·q kᵀ + bias     m' = max(m, max s)      p = exp(s − m')
 //                       l = l·exp(m − m') + Σp    o = o·exp(m − m') + (p·z) v
-//   o /= l, lse = m + log l                     (z: the dropout multipliers, 0 or 1/(1 − p))
+//   o /= l, the row's m and l kept            (z: the dropout multipliers, 0 or 1/(1 − p))
 // Backward, per key tile, over the query blocks that see it (FlashAttention-2):
-//   p = exp(s − lse)    dv += (p·z)ᵀ do    dp = do vᵀ    ds = p·(dp·z − Σ do·o)
+//   p = exp(s − m) / l  dv += (p·z)ᵀ do    dp = do vᵀ    ds = p·(dp·z − Σ do·o)
+// m and l are kept apart, not as FlashAttention's lse = m + log l: a row masked whole by a large
+// finite value (−1e9, finfo.min) has m near it, which absorbs log l, and exp(s − lse) was then 1
+// for every key instead of 1/l (its gradients off by O(1); at −1e4, by 5e-4 in float).
 //   dq += scale·ds k    dk += scale·dsᵀ q
 // Products are BLAS calls on tiles (blas.h); the passes between them are these vector loops.
 
@@ -57,6 +60,16 @@ typename V::A exp_and_sum(typename V::A* s, typename V::A shift, int64_t n) {
     sum = sum + p;
   }
   return V::hsumf(sum);
+}
+
+// s[j] = exp(s[j] − shift) · c
+template <typename V>
+void exp_scaled(typename V::A* s, typename V::A shift, typename V::A c, int64_t n) {
+  const typename V::F sv = V::set1(shift), cv = V::set1(c);
+  for (int64_t j = 0; j < n; j += V::kLanes) {
+    const int64_t m = std::min<int64_t>(V::kLanes, n - j);
+    store_part<V>(s + j, m, V::exp(load_part<V>(s + j, m, -std::numeric_limits<typename V::A>::infinity()) - sv) * cv);
+  }
 }
 
 // out[j] = x[j] · c   (out may be x)
@@ -127,10 +140,10 @@ void tile_scores(const Head<typename V::A>& h, const Problem& p, int64_t i0, int
   }
 }
 
-// One block of query rows [i0, i0 + rows): o (rows × Dv, written as T) and lse.
+// One block of query rows [i0, i0 + rows): o (rows × Dv, written as T) and each row's (m, l).
 template <typename V, typename T>
 void forward_block(const Head<typename V::A>& h, const Problem& p, int64_t bh, int64_t i0, int64_t rows,
-                   Scratch<typename V::A>& w, T* out, int64_t ldo, typename V::A* lse) {
+                   Scratch<typename V::A>& w, T* out, int64_t ldo, typename V::A* stats) {
   using A = typename V::A;
   constexpr A kNegInf = -std::numeric_limits<A>::infinity();
   std::fill_n(w.o, rows * p.Dv, A(0));
@@ -157,13 +170,13 @@ void forward_block(const Head<typename V::A>& h, const Problem& p, int64_t bh, i
   }
   for (int64_t r = 0; r < rows; ++r) {
     scale_row<V>(&w.o[r * p.Dv], A(1) / w.l[r], p.Dv, &w.o[r * p.Dv]);  // l = 0 (all masked): NaN, as softmax
-    lse[i0 + r] = w.m[r] + std::log(w.l[r]);
+    stats[2 * (i0 + r)] = w.m[r], stats[2 * (i0 + r) + 1] = w.l[r];
   }
   store_rows<V>(w.o, p.Dv, rows, p.Dv, out + i0 * ldo, ldo);
 }
 
 // The gradients of one (batch, head). g holds do and o (accumulation type, rows of Dv) and
-// the head's lse; dq, dk, dv are written as T with leading dimensions D, D, Dv.
+// the head's row stats (m, l); dq, dk, dv are written as T with leading dimensions D, D, Dv.
 template <typename V, typename T>
 void backward_head(const Head<typename V::A>& h, const Grad<typename V::A>& g, const Problem& p, int64_t bh,
                    Scratch<typename V::A>& w, T* dq, T* dk, T* dv) {
@@ -181,7 +194,8 @@ void backward_head(const Head<typename V::A>& h, const Grad<typename V::A>& g, c
       tile_scores<V>(h, p, i0, rows, j0, n, s, w.bias);
       for (int64_t r = 0; r < rows; ++r) {
         A* row = s + r * p.tile;
-        exp_and_sum<V>(row, g.lse[i0 + r], n);
+        const A m = g.stats[2 * (i0 + r)];
+        exp_scaled<V>(row, m == -std::numeric_limits<A>::infinity() ? A(0) : m, A(1) / g.stats[2 * (i0 + r) + 1], n);
         if (p.dropout) {
           dropout_multipliers<V>(p, bh, i0 + r, j0, n, &w.z[r * p.tile]);
           multiply_row<V>(row, &w.z[r * p.tile], n, pz + r * p.tile);
