@@ -272,33 +272,48 @@ def attention_composite(q, k, v, causal=False, scale=None, attn_mask=None, dropo
     return torch.matmul(F.dropout(torch.softmax(s, -1), dropout_p, True), v)
 
 
-def attention_chain(q, kt, v, scale, zero_masked, additive, dropout, in_float=False):
+def attention_chain(q, kt, v, scale, zero_masked, additive, dropout, in_float=False, fill=None):
     """The attention chain a model wrote by hand, given what the fx pattern bound: the scores
-    q @ kt · scale, masked where zero_masked == 0 (minGPT's tril buffer) or plus the additive mask
-    (llama2.c's, Hugging Face's), softmax (in float32 when in_float: llama2.c's `.float()` …
-    `.type_as(q)`, Hugging Face's `softmax(…, dtype=torch.float32).to(q.dtype)`), dropout (a
-    dropout module, the probability F.dropout was called with in training, or None), @ v. A mask
-    that is exactly causal becomes causal=True, so the tiles above the diagonal are skipped.
-    float64 input to an in_float chain runs the chain itself: its float32 softmax is the numerics
-    to keep (as nn.RMSNorm's in_float)."""
+    q @ kt · scale, masked where zero_masked == 0 (minGPT's tril buffer, filled with −inf; with
+    `fill`, the value torch.where put there: GPT-2's finfo.min), plus the additive mask (llama2.c's,
+    Hugging Face's), softmax (in float32 when in_float: llama2.c's `.float()` … `.type_as(q)`,
+    Hugging Face's `softmax(…, dtype=torch.float32).to(q.dtype)`), dropout (a dropout module, the
+    probability F.dropout was called with in training, or None), @ v. A mask that is exactly
+    causal becomes causal=True, so the tiles above the diagonal are skipped.
+    The chain runs as written for float64 input to an in_float chain (its float32 softmax is the
+    numerics to keep, as nn.RMSNorm's in_float) and for a fill that is not its dtype's lowest."""
     k = kt.transpose(-2, -1)
     if isinstance(dropout, (int, float)):
         p = float(dropout)
     else:
         p = dropout.p if dropout is not None and dropout.training else 0.0
-    if in_float and q.dtype == torch.float64:
-        s = torch.matmul(q, kt) * scale
-        s = s.masked_fill(zero_masked == 0, float("-inf")) if zero_masked is not None else s + additive
-        return torch.matmul(F.dropout(F.softmax(s.float(), dim=-1).type_as(q), p, True), v)
+    lowest = fill is None or float(fill) in (float("-inf"), torch.finfo(q.dtype).min)
+    if (in_float and q.dtype == torch.float64) or not lowest:
+        return _attention_as_written(q, kt, v, scale, zero_masked, additive, p, in_float, fill)
     T, S = q.shape[-2], k.shape[-2]
-    mask, causal = None, False
+    if zero_masked is None:
+        causal = additive is not None and _is_causal(additive, T, S, additive=True)
+        return attention(q, k, v, causal, float(scale), None if causal else additive, p)
+    causal, keep = _is_causal(zero_masked, T, S, additive=False), zero_masked != 0
+    if fill is None or float(fill) == float("-inf"):  # a masked place weighs 0 whatever is added
+        mask = additive if causal else keep if additive is None else additive.masked_fill(~keep, float("-inf"))
+        return attention(q, k, v, causal, float(scale), mask, p)
+    if causal and additive is None:  # each row keeps its diagonal: exp(lowest − max) is 0 as exp(−inf) is
+        return attention(q, k, v, True, float(scale), None, p)
+    # A finite lowest absorbs any score (s + lowest rounds to lowest), so where(keep, s, lowest) + m
+    # is s + where(keep, m, lowest + m) exactly, rows masked whole included (GPT-2's padded rows).
+    extra = torch.zeros((), dtype=q.dtype, device=q.device) if additive is None else additive
+    return attention(q, k, v, False, float(scale), torch.where(keep, extra, fill + extra), p)
+
+
+def _attention_as_written(q, kt, v, scale, zero_masked, additive, p, in_float, fill):
+    s = torch.matmul(q, kt) * scale
     if zero_masked is not None:
-        causal = _is_causal(zero_masked, T, S, additive=False)
-        mask = None if causal else zero_masked != 0
-    elif additive is not None:
-        causal = _is_causal(additive, T, S, additive=True)
-        mask = None if causal else additive
-    return attention(q, k, v, causal, float(scale), mask, p)
+        s = s.masked_fill(zero_masked == 0, float("-inf")) if fill is None else torch.where(zero_masked != 0, s, fill)
+    if additive is not None:
+        s = s + additive
+    w = F.softmax(s.float(), dim=-1).type_as(q) if in_float else F.softmax(s, dim=-1)
+    return torch.matmul(F.dropout(w, p, True), v)
 
 
 _causal_masks = {}

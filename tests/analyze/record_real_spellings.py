@@ -1,7 +1,7 @@
 """Records forward + backward of small modules spelled as real model code spells them (Hugging Face
 Llama's RMSNorm and rotate_half, llama2.c's RMSNorm and real-arithmetic RoPE, Meta's complex RoPE,
 GPT-J's rotate_every_two, RMSNorm as mean(x*x), pow(-0.5) and x / sqrt(…), minGPT's NewGELU and
-attention with dropout, Hugging Face's eager attention, SwiGLU three ways)
+attention with dropout, Hugging Face's eager attention and GPT-2's torch.where one, SwiGLU three ways)
 with torch's profiler, one Chrome trace per module: the fixtures under
 tests/data/traces/real_spellings/ (gzipped). Debian's torch 1.13 has no Kineto, so these are the
 legacy profiler's traces: whole µs, no shapes.
@@ -121,6 +121,19 @@ class HFEagerAttn(nn.Module):  # transformers' LlamaAttention (4.36), eager
         w = nn.functional.dropout(w, p=0.0, training=s.training)
         return torch.matmul(w, v)
 
+class GPT2Attn(nn.Module):  # transformers' GPT2Attention._attn (4.36), no padding mask
+    def __init__(s):
+        super().__init__(); s.attn_dropout = nn.Dropout(0.1)
+        s.register_buffer("bias", torch.tril(torch.ones(8, 8, dtype=torch.bool)).view(1, 1, 8, 8))
+    def forward(s, q, k, v):
+        w = torch.matmul(q, k.transpose(-1, -2))
+        w = w / torch.full([], v.size(-1) ** 0.5, dtype=w.dtype, device=w.device)
+        causal = s.bias[:, :, k.size(-2) - q.size(-2): k.size(-2), :k.size(-2)]
+        fill = torch.full([], torch.finfo(w.dtype).min, dtype=w.dtype, device=w.device)
+        w = torch.where(causal, w.to(w.dtype), fill)
+        w = nn.functional.softmax(w, dim=-1).type(v.dtype)
+        return torch.matmul(s.attn_dropout(w), v)
+
 def x(*shape): return torch.randn(*shape, dtype=dt, requires_grad=True)
 
 freqs = torch.outer(torch.arange(T).float(), 1.0 / (10000.0 ** (torch.arange(0, D, 2).float() / D)))
@@ -142,6 +155,7 @@ cases = {
     "mingpt_attention": (MinGPTAttn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D))),
     "hf_eager_attention": (HFEagerAttn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D),
                                                    torch.full((T, T), torch.finfo(dt).min, dtype=dt).triu(1))),
+    "gpt2_attention": (GPT2Attn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D))),
 }
 out = sys.argv[2] if len(sys.argv) > 2 else "."
 for name, (mod, make) in cases.items():

@@ -505,6 +505,11 @@ TEST(Rules, RealSpellingsForwardAndBackwardAreClaimedWhole) {
                            "ReshapeAliasBackward0-ViewAsRealBackward0-MulBackward0-ViewAsComplexBackward0-"
                            "ReshapeAliasBackward0-ToCopyBackward0-ViewAsComplexBackward0-ReshapeAliasBackward0-"
                            "ToCopyBackward0"},
+      // Hugging Face GPT-2's: / torch.full(…), the tril buffer sliced, torch.where(…, full(finfo.min))
+      {"attention", "matmul-full-div-slice-slice-slice-slice-full-to-where-softmax-to-dropout-matmul"},
+      {"attention", "UnsafeViewBackward0-BmmBackward0-ReshapeAliasBackward0-ExpandBackward0-"
+                    "torch::autograd::AccumulateGrad-ReshapeAliasBackward0-ExpandBackward0-MulBackward0-"
+                    "SoftmaxBackward0-WhereBackward0-DivBackward0-UnsafeViewBackward0-BmmBackward0"},
       // minGPT's attention with dropout (torch 1.13's dropout: a mul in the backward)
       {"attention", "matmul-mul-slice-slice-slice-slice-eq-masked_fill-softmax-dropout-matmul"},
       {"attention", "UnsafeViewBackward0-BmmBackward0-ReshapeAliasBackward0-ExpandBackward0-"
@@ -534,7 +539,10 @@ TEST(Rules, RealTracesOfEachSpellingFindForwardAndBackward) {
       {"l2c_rope.bfloat16", "rotary_embedding"},   {"meta_rope.bfloat16", "rotary_embedding"},
       {"meta_rope.float32", "rotary_embedding"},   {"mingpt_attention.bfloat16", "attention"},
       {"div_rms_norm.bfloat16", "rms_norm"},       {"gptj_rope.bfloat16", "rotary_embedding"},
-      {"hf_eager_attention.bfloat16", "attention"}};
+      {"hf_eager_attention.bfloat16", "attention"},
+      // float32: in bfloat16 the mask value's full and its empty and fill_ all last 0 µs at one
+      // start, and the legacy trace cannot tell the children from siblings
+      {"gpt2_attention.float32", "attention"}};
   for (const auto& [name, rule] : cases) {
     SCOPED_TRACE(name);
     const std::string path = OPFUSE_TEST_DATA "/traces/real_spellings/" + name + ".legacy.json.gz";

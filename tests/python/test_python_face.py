@@ -16,6 +16,7 @@ from torch.nn import functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "models"))
 import efficientnet  # noqa: E402
 import gpt  # noqa: E402
+import gpt2  # noqa: E402
 import llama  # noqa: E402
 
 import opfuse  # noqa: E402
@@ -337,6 +338,56 @@ def test_gpt_attention_written_as_mingpt_writes_it_is_replaced_and_verified(tmp_
     first = got(tokens)
     torch.manual_seed(3)
     assert torch.equal(first, got(tokens)) and not torch.equal(first, got(tokens))
+
+
+class _PaddedGpt2Attention(nn.Module):
+    """GPT-2's attention called as its block calls it, with a padding mask: 0 or finfo.min."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = gpt2.GPT2Attention(32, 4, 16, dropout=0.1)
+
+    def forward(self, x, attention_mask):
+        return self.attn(x, attention_mask=attention_mask)[0]
+
+
+def test_gpt2_attention_written_as_hugging_face_writes_it_is_replaced_and_verified():
+    model, inputs, loss = gpt2.factory(batch_size=2, seq_len=16, n_embd=64, seed=SEED)
+    reference = copy.deepcopy(model)
+    done = dict(opfuse.patch(model, inputs, loss))
+    assert done.get("attention") == 2 and done.get("cross_entropy") == 1, done  # one attention per block
+    model.eval(), reference.eval()
+    got, ran = _opfuse_ops_run(model, *inputs)
+    assert "opfuse::attention" in ran
+    want = reference(*inputs)
+    got.backward(), want.backward()
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    for (n, p), (_, q) in zip(reference.named_parameters(), model.named_parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6), n
+    # Left padding: sample 0's first 3 keys masked, so its first 3 query rows are masked whole (the
+    # causal slice keeps only padded keys there) and softmax is uniform over them, as written.
+    padded, x = _PaddedGpt2Attention(), torch.randn(2, 8, 32)
+    mask = torch.zeros(2, 1, 1, 8)
+    mask[0, ..., :3] = torch.finfo(torch.float32).min
+    reference = copy.deepcopy(padded)
+    assert dict(opfuse.patch(padded, (x, mask), lambda y: y.pow(2).sum())).get("attention") == 1
+    padded.eval(), reference.eval()
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    got, want = padded(xs[0], mask), reference(xs[1], mask)
+    got.pow(2).sum().backward(), want.pow(2).sum().backward()
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(xs[0].grad, xs[1].grad, rtol=1e-4, atol=1e-5)
+
+
+def test_a_where_mask_fills_with_lowest_or_runs_as_written():
+    q, k, v = (torch.randn(2, 2, 6, 4, dtype=torch.float64) for _ in range(3))
+    keep = torch.rand(6, 6) > 0.5
+    keep[0] = False  # a row masked whole: uniform under a finite fill
+    for fill in (torch.finfo(torch.float64).min, -1e4):
+        f = torch.tensor(fill, dtype=torch.float64)
+        got = opfuse.functional.attention_chain(q, k.transpose(-2, -1), v, 0.5, keep, None, None, False, f)
+        want = torch.softmax(torch.where(keep, q @ k.transpose(-2, -1) * 0.5, f), -1) @ v
+        assert torch.allclose(got, want, rtol=1e-12, atol=1e-12), fill
 
 
 def test_llama_attention_is_replaced_with_its_float_softmax_kept_for_float64(tmp_path):
