@@ -281,14 +281,18 @@ def attention_chain(q, kt, v, scale, zero_masked, additive, dropout, in_float=Fa
     probability F.dropout was called with in training, or None), @ v. A mask that is exactly
     causal becomes causal=True, so the tiles above the diagonal are skipped.
     The chain runs as written for float64 input to an in_float chain (its float32 softmax is the
-    numerics to keep, as nn.RMSNorm's in_float) and for a fill that is not its dtype's lowest."""
+    numerics to keep, as nn.RMSNorm's in_float) and for a fill too small to absorb the scores.
+    q and k in float32 beside v in the model's dtype (GPT-J's and GPT-Neo's upcast) run in float32
+    and return v's dtype, as the chain's `.to(value.dtype)` does (the probabilities unrounded)."""
+    if v.dtype != q.dtype:
+        return attention_chain(q, kt, v.to(q.dtype), scale, zero_masked, additive, dropout, in_float,
+                               fill).to(v.dtype)
     k = kt.transpose(-2, -1)
     if isinstance(dropout, (int, float)):
         p = float(dropout)
     else:
         p = dropout.p if dropout is not None and dropout.training else 0.0
-    lowest = fill is None or float(fill) in (float("-inf"), torch.finfo(q.dtype).min)
-    if (in_float and q.dtype == torch.float64) or not lowest:
+    if (in_float and q.dtype == torch.float64) or not (fill is None or float(fill) <= ABSORBING):
         return _attention_as_written(q, kt, v, scale, zero_masked, additive, p, in_float, fill)
     T, S = q.shape[-2], k.shape[-2]
     if zero_masked is None:
@@ -298,11 +302,16 @@ def attention_chain(q, kt, v, scale, zero_masked, additive, dropout, in_float=Fa
     if fill is None or float(fill) == float("-inf"):  # a masked place weighs 0 whatever is added
         mask = additive if causal else keep if additive is None else additive.masked_fill(~keep, float("-inf"))
         return attention(q, k, v, causal, float(scale), mask, p)
-    if causal and additive is None:  # each row keeps its diagonal: exp(lowest − max) is 0 as exp(−inf) is
+    if causal and additive is None:  # each row keeps its diagonal: exp(fill − max) is 0 as exp(−inf) is
         return attention(q, k, v, True, float(scale), None, p)
-    # A finite lowest absorbs any score (s + lowest rounds to lowest), so where(keep, s, lowest) + m
-    # is s + where(keep, m, lowest + m) exactly, rows masked whole included (GPT-2's padded rows).
+    # The fill absorbs any score (s + fill rounds to fill), so where(keep, s, fill) + m is
+    # s + where(keep, m, fill + m) exactly. But where passes no gradient to the places it fills,
+    # and an added mask does: the same only while those places weigh 0, which a row whose kept
+    # places are all absorbed too (a left-padded row, m = finfo.min on each key it keeps) breaks:
+    # its softmax spreads over filled places as well. Such rows run the chain as written.
     extra = torch.zeros((), dtype=q.dtype, device=q.device) if additive is None else additive
+    if (torch.where(keep, extra, torch.tensor(float("-inf"), dtype=extra.dtype)).amax(-1) <= ABSORBING).any():
+        return _attention_as_written(q, kt, v, scale, zero_masked, additive, p, in_float, fill)
     return attention(q, k, v, False, float(scale), torch.where(keep, extra, fill + extra), p)
 
 
@@ -315,6 +324,10 @@ def _attention_as_written(q, kt, v, scale, zero_masked, additive, p, in_float, f
     w = F.softmax(s.float(), dim=-1).type_as(q) if in_float else F.softmax(s, dim=-1)
     return torch.matmul(F.dropout(w, p, True), v)
 
+
+# A torch.where fill at most this absorbs any score added to it, in float32 (its ulp there is
+# 7.6e22) as in float64 (1.4e14): finfo.min, and GPT-J's finfo.min / sqrt(head_dim).
+ABSORBING = -1e30
 
 _causal_masks = {}
 

@@ -1,8 +1,11 @@
 """A Python model as a tune Workload: the C++ loop clones, steps, probes and rewrites it through
 these methods."""
+import contextlib
 import time
 
 import torch
+from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
 
 from . import optim, rewrite
 
@@ -29,6 +32,33 @@ def _cast(model, dtype):
     complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
     return model._apply(lambda t: t.to(complex_dtype) if t.is_complex()
                         else t.to(dtype) if t.is_floating_point() else t)
+
+
+class _KeepsFloat64(TorchFunctionMode):
+    """torch as the float64 probe runs it: a cast of a float64 tensor to float32 (`.float()`,
+    `.to(torch.float32)`, `.type(…)`, `.type_as(…)`) and a softmax asked to compute in float32
+    keep float64. Models upcast to float32 for their numerics (Hugging Face's loss takes
+    `logits.float()`, GPT-J's attention `query.to(torch.float32)`); in the float64 probe that
+    upcast is a downcast, and the check of a rewrite's mathematics became a float32 computation
+    judged against float64's allowance (every such rewrite rejected). The float32 probe runs the
+    model exactly as written."""
+
+    CASTS = {torch.Tensor.float, torch.Tensor.to, torch.Tensor.type, torch.Tensor.type_as}
+    SOFTMAX = {F.softmax, F.log_softmax, torch.softmax, torch.log_softmax, torch.Tensor.softmax,
+               torch.Tensor.log_softmax}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        first = args[0] if args else None
+        wide = isinstance(first, torch.Tensor) and first.dtype == torch.float64
+        if wide and func in self.SOFTMAX:
+            args = tuple(None if a is torch.float32 else a for a in args)
+            kwargs = {k: None if v is torch.float32 else v for k, v in kwargs.items()}
+        out = func(*args, **kwargs)
+        if (wide and func in self.CASTS and isinstance(out, torch.Tensor) and out.dtype == torch.float32
+                and out.device == first.device):
+            return first
+        return out
 
 
 def make(native):
@@ -121,9 +151,10 @@ def make(native):
             for p in model.parameters():
                 p.grad = None
             torch.manual_seed(seed)
-            out = model(*inputs)
-            loss = self.loss_fn(out)
-            loss.backward()
+            with _KeepsFloat64() if dtype == torch.float64 else contextlib.nullcontext():
+                out = model(*inputs)
+                loss = self.loss_fn(out)
+                loss.backward()
             grads = [(n, p.grad) for n, p in model.named_parameters()]
             return [t.detach() for t in flatten_tensors(out)], grads, self._updates(model, seed)
 

@@ -364,11 +364,12 @@ def test_gpt2_attention_written_as_hugging_face_writes_it_is_replaced_and_verifi
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
     for (n, p), (_, q) in zip(reference.named_parameters(), model.named_parameters()):
         assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6), n
-    # Left padding: sample 0's first 3 keys masked, so its first 3 query rows are masked whole (the
-    # causal slice keeps only padded keys there) and softmax is uniform over them, as written.
+    # Padding: sample 0's last 3 keys masked, on top of the causal slice. (Left padding masks a
+    # row's every kept key, and its softmax then spreads over the places torch.where filled, which
+    # get no gradient there: attention_chain runs such calls as written.)
     padded, x = _PaddedGpt2Attention(), torch.randn(2, 8, 32)
     mask = torch.zeros(2, 1, 1, 8)
-    mask[0, ..., :3] = torch.finfo(torch.float32).min
+    mask[0, ..., 5:] = torch.finfo(torch.float32).min
     reference = copy.deepcopy(padded)
     assert dict(opfuse.patch(padded, (x, mask), lambda y: y.pow(2).sum())).get("attention") == 1
     padded.eval(), reference.eval()
@@ -379,15 +380,118 @@ def test_gpt2_attention_written_as_hugging_face_writes_it_is_replaced_and_verifi
     assert torch.allclose(xs[0].grad, xs[1].grad, rtol=1e-4, atol=1e-5)
 
 
-def test_a_where_mask_fills_with_lowest_or_runs_as_written():
-    q, k, v = (torch.randn(2, 2, 6, 4, dtype=torch.float64) for _ in range(3))
-    keep = torch.rand(6, 6) > 0.5
-    keep[0] = False  # a row masked whole: uniform under a finite fill
-    for fill in (torch.finfo(torch.float64).min, -1e4):
-        f = torch.tensor(fill, dtype=torch.float64)
-        got = opfuse.functional.attention_chain(q, k.transpose(-2, -1), v, 0.5, keep, None, None, False, f)
-        want = torch.softmax(torch.where(keep, q @ k.transpose(-2, -1) * 0.5, f), -1) @ v
-        assert torch.allclose(got, want, rtol=1e-12, atol=1e-12), fill
+class _GptNeoAttention(gpt2.GPT2Attention):
+    """GPT-Neo's _attn (transformers 4.36): q and k in float32, no scale, torch.tensor fill."""
+
+    def _attn(self, query, key, value, attention_mask=None):
+        query, key = query.to(torch.float32), key.to(torch.float32)
+        attn_weights = torch.matmul(query, key.transpose(-1, -2))
+        query_length, key_length = query.size(-2), key.size(-2)
+        causal_mask = self.bias[:, :, key_length - query_length: key_length, :key_length]
+        mask_value = torch.tensor(torch.finfo(attn_weights.dtype).min, dtype=attn_weights.dtype).to(attn_weights.device)
+        attn_weights = torch.where(causal_mask, attn_weights, mask_value)
+        if attention_mask is not None:
+            attn_weights = attn_weights + attention_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1).to(value.dtype)
+        return torch.matmul(self.attn_dropout(attn_weights), value), attn_weights
+
+
+class _GptJAttention(gpt2.GPT2Attention):
+    """GPT-J's _attn (transformers 4.36): q and k in float32, divided by sqrt(d) after the where."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.scale_attn = torch.sqrt(torch.tensor(self.head_dim, dtype=torch.float32)).to(torch.get_default_dtype())
+
+    def _attn(self, query, key, value, attention_mask=None):
+        query, key = query.to(torch.float32), key.to(torch.float32)
+        attn_weights = torch.matmul(query, key.transpose(-1, -2))
+        causal_mask = self.bias[:, :, key.size(-2) - query.size(-2): key.size(-2), :key.size(-2)]
+        mask_value = torch.tensor(torch.finfo(attn_weights.dtype).min, dtype=attn_weights.dtype).to(attn_weights.device)
+        attn_weights = torch.where(causal_mask, attn_weights, mask_value)
+        attn_weights = attn_weights / self.scale_attn
+        if attention_mask is not None:
+            attn_weights = attn_weights + attention_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1).to(value.dtype)
+        return torch.matmul(self.attn_dropout(attn_weights), value), attn_weights
+
+
+@pytest.mark.parametrize("attention", [_GptNeoAttention, _GptJAttention])
+def test_gpt_neo_and_gpt_j_attention_upcast_to_float32_is_replaced_and_verified(attention):
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = attention(32, 4, 16, 0.1)
+
+        def forward(self, x, attention_mask=None):
+            return self.attn(x, attention_mask=attention_mask)[0]
+
+    x = torch.randn(2, 8, 32)
+    mask = torch.zeros(2, 1, 1, 8)
+    mask[0, ..., 5:] = torch.finfo(torch.float32).min
+    for args in ((x,), (x, mask)):
+        model = Block()
+        reference = copy.deepcopy(model)
+        # verified in float64 too: the float64 probe keeps the q and k that `.to(torch.float32)` asks
+        assert dict(opfuse.patch(model, args, lambda y: y.pow(2).sum())).get("attention") == 1, args[1:]
+        model.eval(), reference.eval()
+        got, ran = _opfuse_ops_run(model, *args)
+        assert "opfuse::attention" in ran
+        assert torch.allclose(got, reference(*args), rtol=1e-5, atol=1e-6)
+    # bfloat16 weights: q and k upcast, v not; the chain runs in float32 and returns bfloat16
+    model.bfloat16(), reference.bfloat16()
+    got, want = model(x.bfloat16(), mask), reference(x.bfloat16(), mask)
+    assert got.dtype == torch.bfloat16 and torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_a_loss_on_logits_cast_to_float_is_verified_in_float64():
+    """Hugging Face's ForCausalLMLoss takes logits.float(): a downcast in the float64 probe, which
+    now keeps float64 there, so the fused cross-entropy is checked in float64 rather than rejected."""
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm_head = nn.Linear(32, 100, bias=False)
+
+        def forward(self, h, labels):
+            logits = self.lm_head(h).float()
+            shift_labels = F.pad(labels, (0, 1), value=-100)[..., 1:].contiguous()
+            return F.cross_entropy(logits.view(-1, 100), shift_labels.view(-1), ignore_index=-100, reduction="mean")
+
+    model, h, labels = Head(), torch.randn(2, 8, 32), torch.randint(100, (2, 8))
+    workload = opfuse.PythonWorkload(model, (h, labels), lambda loss: loss, None, opfuse._rules(None))
+    candidate = workload.clone()
+    assert candidate.apply(next(r for r in opfuse._rules(None) if r.name == "cross_entropy")) == 1
+    verdict = opfuse._C.verify(workload, candidate, 11)
+    assert verdict[0], verdict
+    # the float64 probe computed in float64: its outputs and gradients are float64 and agree closely
+    outputs, grads, _ = workload.probe(torch.float64, 11, 0.0)
+    fused, fused_grads, _ = candidate.probe(torch.float64, 11, 0.0)
+    assert outputs[0].dtype == torch.float64
+    assert torch.allclose(outputs[0], fused[0], rtol=1e-12, atol=0)
+    assert torch.allclose(grads[0][1], fused_grads[0][1], rtol=1e-10, atol=1e-14)
+
+
+def test_a_where_mask_is_fused_where_it_computes_what_is_written_and_runs_as_written_elsewhere():
+    """torch.where(keep, scores, fill) + mask: forward and gradients as written, for a fill that
+    absorbs the scores (fused) or not (-1e4), with a row masked whole, a left-padded sample (its
+    first rows keep only padded keys) and a right-padded one."""
+    T = 6
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    scattered = torch.rand(T, T) > 0.5
+    scattered[0] = False  # a row masked whole: uniform under a finite fill
+    left, right = torch.zeros(2, 1, 1, T, dtype=torch.float64), torch.zeros(2, 1, 1, T, dtype=torch.float64)
+    left[0, ..., :2] = right[0, ..., 4:] = torch.finfo(torch.float64).min
+    for keep, extra in ((scattered | causal, None), (scattered, None), (causal, left), (causal, right)):
+        for fill in (torch.finfo(torch.float64).min, -1e4):
+            q, k, v = (torch.randn(2, 2, T, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+            f, g = torch.tensor(fill, dtype=torch.float64), torch.randn(2, 2, T, 4, dtype=torch.float64)
+            got = opfuse.functional.attention_chain(q, k.transpose(-2, -1), v, 0.5, keep, extra, None, False, f)
+            s = torch.where(keep, q @ k.transpose(-2, -1) * 0.5, f)
+            want = torch.softmax(s if extra is None else s + extra, -1) @ v
+            for a, b in zip((got,) + torch.autograd.grad(got, (q, k, v), g),
+                            (want,) + torch.autograd.grad(want, (q, k, v), g)):
+                assert torch.allclose(a, b, rtol=1e-10, atol=1e-12), (fill, extra)
 
 
 def test_llama_attention_is_replaced_with_its_float_softmax_kept_for_float64(tmp_path):
