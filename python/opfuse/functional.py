@@ -310,8 +310,11 @@ def attention_chain(q, kt, v, scale, zero_masked, additive, dropout, in_float=Fa
     # places are all absorbed too (a left-padded row, m = finfo.min on each key it keeps) breaks:
     # its softmax spreads over filled places as well. Such rows run the chain as written.
     extra = torch.zeros((), dtype=q.dtype, device=q.device) if additive is None else additive
-    if (torch.where(keep, extra, torch.tensor(float("-inf"), dtype=extra.dtype)).amax(-1) <= ABSORBING).any():
+    nowhere = torch.tensor(float("-inf"), dtype=extra.dtype, device=extra.device)
+    if (torch.where(keep, extra, nowhere).amax(-1) <= ABSORBING).any():
         return _attention_as_written(q, kt, v, scale, zero_masked, additive, p, in_float, fill)
+    if causal:  # every row keeps a place its mask does not absorb: the filled ones weigh 0
+        return attention(q, k, v, True, float(scale), additive, p)
     return attention(q, k, v, False, float(scale), torch.where(keep, extra, fill + extra), p)
 
 
