@@ -282,11 +282,13 @@ def attention_chain(q, kt, v, scale, zero_masked, additive, dropout, in_float=Fa
     causal becomes causal=True, so the tiles above the diagonal are skipped.
     The chain runs as written for float64 input to an in_float chain (its float32 softmax is the
     numerics to keep, as nn.RMSNorm's in_float) and for a fill too small to absorb the scores.
-    q and k in float32 beside v in the model's dtype (GPT-J's and GPT-Neo's upcast) run in float32
-    and return v's dtype, as the chain's `.to(value.dtype)` does (the probabilities unrounded)."""
+    q and k in float32 beside v in the model's dtype (GPT-J's and GPT-Neo's upcast) run in the wider
+    of the two and return v's dtype, as the chain's `.to(value.dtype)` does (the probabilities
+    unrounded)."""
     if v.dtype != q.dtype:
-        return attention_chain(q, kt, v.to(q.dtype), scale, zero_masked, additive, dropout, in_float,
-                               fill).to(v.dtype)
+        wide = torch.promote_types(q.dtype, v.dtype)
+        return attention_chain(q.to(wide), kt.to(wide), v.to(wide), scale, zero_masked, additive, dropout,
+                               in_float, fill).to(v.dtype)
     k = kt.transpose(-2, -1)
     if isinstance(dropout, (int, float)):
         p = float(dropout)

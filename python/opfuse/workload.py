@@ -56,7 +56,7 @@ class _KeepsFloat64(TorchFunctionMode):
             kwargs = {k: None if v is torch.float32 else v for k, v in kwargs.items()}
         out = func(*args, **kwargs)
         if (wide and func in self.CASTS and isinstance(out, torch.Tensor) and out.dtype == torch.float32
-                and out.device == first.device):
+                and out.device == first.device and not kwargs.get("copy", False)):
             return first
         return out
 
@@ -148,15 +148,23 @@ def make(native):
                 if isinstance(m, torch.nn.modules.dropout._DropoutNd):
                     m.eval()
             inputs = [self._input(x, dtype, seed, nudge) for x in self.inputs]
+            try:
+                out = self._forward_backward(model, inputs, seed, dtype == torch.float64)
+            except Exception:  # code that mixes its float32 casts with float32 tensors it made: as written
+                if dtype != torch.float64:
+                    raise
+                out = self._forward_backward(model, inputs, seed, False)
+            grads = [(n, p.grad) for n, p in model.named_parameters()]
+            return [t.detach() for t in flatten_tensors(out)], grads, self._updates(model, seed)
+
+        def _forward_backward(self, model, inputs, seed, keep_float64):
             for p in model.parameters():
                 p.grad = None
             torch.manual_seed(seed)
-            with _KeepsFloat64() if dtype == torch.float64 else contextlib.nullcontext():
+            with _KeepsFloat64() if keep_float64 else contextlib.nullcontext():
                 out = model(*inputs)
-                loss = self.loss_fn(out)
-                loss.backward()
-            grads = [(n, p.grad) for n, p in model.named_parameters()]
-            return [t.detach() for t in flatten_tensors(out)], grads, self._updates(model, seed)
+                self.loss_fn(out).backward()
+            return out
 
         def _updates(self, model, seed):
             """What two steps of a fresh optimizer do to each parameter, from gradients drawn from

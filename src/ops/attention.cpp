@@ -188,7 +188,7 @@ auto backward_op() {
   return op;
 }
 
-// Saves q, k, v, the output, the rows' log-sum-exp and the dropout seed: O(T·D) per head. The
+// Saves q, k, v, the output, each row's score max and sum and the dropout seed: O(T·D) per head. The
 // probabilities are recomputed tile by tile in the backward.
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
  public:

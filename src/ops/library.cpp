@@ -72,8 +72,8 @@ TORCH_LIBRARY(opfuse, m) {
         "Tensor(d!)[] steps, float lr, float beta1, float beta2, float eps, float weight_decay, bool maximize=False) -> ()");
   // softmax(scale · q kᵀ + mask) · v over q [B, H, T, D], k, v [B, H, S, *], tiled (no [T, S]
   // matrix stored); scale defaults to 1/sqrt(D); attn_mask is bool (true takes part) or
-  // additive, broadcast to [B, H, T, S]. _forward also returns the rows' log-sum-exp and the
-  // dropout seed that _backward takes.
+  // additive, broadcast to [B, H, T, S]. _forward also returns each row's score max and sum
+  // and the dropout seed that _backward takes.
   m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, Tensor? attn_mask=None, "
         "float dropout_p=0.0, Generator? generator=None) -> Tensor");
   m.def("attention_forward(Tensor q, Tensor k, Tensor v, bool causal, float? scale, Tensor? attn_mask, "

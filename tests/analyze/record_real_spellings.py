@@ -134,6 +134,16 @@ class GPT2Attn(nn.Module):  # transformers' GPT2Attention._attn (4.36), no paddi
         w = nn.functional.softmax(w, dim=-1).type(v.dtype)
         return torch.matmul(s.attn_dropout(w), v)
 
+class GPTJAttn(GPT2Attn):  # transformers' GPTJAttention._attn (4.36): q, k upcast, / scale after the where
+    def forward(s, q, k, v):
+        q, k = q.to(torch.float32), k.to(torch.float32)
+        w = torch.matmul(q, k.transpose(-1, -2))
+        causal = s.bias[:, :, k.size(-2) - q.size(-2): k.size(-2), :k.size(-2)]
+        fill = torch.tensor(torch.finfo(w.dtype).min, dtype=w.dtype).to(w.device)
+        w = torch.where(causal, w, fill) / math.sqrt(q.size(-1))
+        w = nn.functional.softmax(w, dim=-1).to(v.dtype)
+        return torch.matmul(s.attn_dropout(w), v)
+
 def x(*shape): return torch.randn(*shape, dtype=dt, requires_grad=True)
 
 freqs = torch.outer(torch.arange(T).float(), 1.0 / (10000.0 ** (torch.arange(0, D, 2).float() / D)))
@@ -156,6 +166,7 @@ cases = {
     "hf_eager_attention": (HFEagerAttn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D),
                                                    torch.full((T, T), torch.finfo(dt).min, dtype=dt).triu(1))),
     "gpt2_attention": (GPT2Attn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D))),
+    "gptj_attention": (GPTJAttn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D))),
 }
 out = sys.argv[2] if len(sys.argv) > 2 else "."
 for name, (mod, make) in cases.items():

@@ -510,6 +510,11 @@ TEST(Rules, RealSpellingsForwardAndBackwardAreClaimedWhole) {
       {"attention", "UnsafeViewBackward0-BmmBackward0-ReshapeAliasBackward0-ExpandBackward0-"
                     "torch::autograd::AccumulateGrad-ReshapeAliasBackward0-ExpandBackward0-MulBackward0-"
                     "SoftmaxBackward0-WhereBackward0-DivBackward0-UnsafeViewBackward0-BmmBackward0"},
+      // GPT-J's: q and k upcast, the fill made by torch.tensor, / sqrt(d) after the where
+      {"attention", "matmul-slice-slice-slice-slice-empty-to-lift_fresh-detach_-to-where-div-softmax-to-dropout-matmul"},
+      {"attention", "UnsafeViewBackward0-BmmBackward0-ReshapeAliasBackward0-ExpandBackward0-ReshapeAliasBackward0-"
+                    "ExpandBackward0-MulBackward0-SoftmaxBackward0-DivBackward0-WhereBackward0-UnsafeViewBackward0-"
+                    "BmmBackward0"},
       // minGPT's attention with dropout (torch 1.13's dropout: a mul in the backward)
       {"attention", "matmul-mul-slice-slice-slice-slice-eq-masked_fill-softmax-dropout-matmul"},
       {"attention", "UnsafeViewBackward0-BmmBackward0-ReshapeAliasBackward0-ExpandBackward0-"
@@ -542,7 +547,7 @@ TEST(Rules, RealTracesOfEachSpellingFindForwardAndBackward) {
       {"hf_eager_attention.bfloat16", "attention"},
       // float32: in bfloat16 the mask value's full and its empty and fill_ all last 0 µs at one
       // start, and the legacy trace cannot tell the children from siblings
-      {"gpt2_attention.float32", "attention"}};
+      {"gpt2_attention.float32", "attention"},     {"gptj_attention.float32", "attention"}};
   for (const auto& [name, rule] : cases) {
     SCOPED_TRACE(name);
     const std::string path = OPFUSE_TEST_DATA "/traces/real_spellings/" + name + ".legacy.json.gz";

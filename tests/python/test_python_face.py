@@ -472,6 +472,37 @@ def test_a_loss_on_logits_cast_to_float_is_verified_in_float64():
     assert torch.allclose(grads[0][1], fused_grads[0][1], rtol=1e-10, atol=1e-14)
 
 
+def test_the_float64_probe_keeps_float64_only_where_the_model_still_runs():
+    """Casts to float32 keep float64 in the float64 probe, but not a copy asked for, and a model
+    that then mixes float64 with float32 tensors it made (index_put into a float32 buffer) runs as
+    written rather than losing its float64 check."""
+    from opfuse.workload import _KeepsFloat64
+
+    x = torch.randn(3, dtype=torch.float64)
+    with _KeepsFloat64():
+        assert x.float() is x and x.to(torch.float32).dtype == torch.float64
+        assert x.to(torch.float32, copy=True).dtype == torch.float32
+        assert F.softmax(x, dim=0, dtype=torch.float32).dtype == torch.float64
+        # q and k cast up beside v: no recursion through a cast the mode keeps
+        q, v = torch.randn(1, 1, 4, 2), torch.randn(1, 1, 4, 2, dtype=torch.float64)
+        out = opfuse.functional.attention_chain(q, q.transpose(-2, -1), v, 1.0, None, None, None)
+        assert out.dtype == torch.float64
+
+    class Buffered(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            buf = torch.zeros(x.shape[0], 4)
+            buf[:, :] = self.lin(x).float()
+            return buf
+
+    workload = opfuse.PythonWorkload(Buffered(), (torch.randn(2, 4),), lambda y: y.sum(), None, [])
+    outputs, grads, _ = workload.probe(torch.float64, 1, 0.0)
+    assert outputs[0].dtype == torch.float32 and grads[0][1] is not None
+
+
 def test_a_where_mask_is_fused_where_it_computes_what_is_written_and_runs_as_written_elsewhere():
     """torch.where(keep, scores, fill) + mask: forward and gradients as written, for a fill that
     absorbs the scores (fused) or not (-1e4), with a row masked whole, a left-padded sample (its

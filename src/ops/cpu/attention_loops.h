@@ -194,8 +194,10 @@ void backward_head(const Head<typename V::A>& h, const Grad<typename V::A>& g, c
       tile_scores<V>(h, p, i0, rows, j0, n, s, w.bias);
       for (int64_t r = 0; r < rows; ++r) {
         A* row = s + r * p.tile;
-        const A m = g.stats[2 * (i0 + r)];
-        exp_scaled<V>(row, m == -std::numeric_limits<A>::infinity() ? A(0) : m, A(1) / g.stats[2 * (i0 + r) + 1], n);
+        // a row masked whole by −inf (sum 0): every p is 0, as the composite's masked_fill passes
+        // no gradient to its places (its softmax's output there is NaN, not its gradient)
+        const A m = g.stats[2 * (i0 + r)], l = g.stats[2 * (i0 + r) + 1];
+        exp_scaled<V>(row, m == -std::numeric_limits<A>::infinity() ? A(0) : m, l > 0 ? A(1) / l : A(0), n);
         if (p.dropout) {
           dropout_multipliers<V>(p, bh, i0 + r, j0, n, &w.z[r * p.tile]);
           multiply_row<V>(row, &w.z[r * p.tile], n, pz + r * p.tile);
