@@ -416,8 +416,20 @@ class _GptJAttention(gpt2.GPT2Attention):
         return torch.matmul(self.attn_dropout(attn_weights), value), attn_weights
 
 
-@pytest.mark.parametrize("attention", [_GptNeoAttention, _GptJAttention])
-def test_gpt_neo_and_gpt_j_attention_upcast_to_float32_is_replaced_and_verified(attention):
+class _PhiAttention(gpt2.GPT2Attention):
+    """Phi's attention core (transformers 4.36): q and k in float32, / sqrt(d), + the additive
+    causal mask, softmax in float32 and back to v's dtype, the dropout module."""
+
+    def _attn(self, query, key, value, attention_mask=None):
+        query, key = query.to(torch.float32), key.to(torch.float32)
+        attn_weights = torch.matmul(query, key.transpose(2, 3)) / math.sqrt(self.head_dim)
+        attn_weights = attn_weights + attention_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(value.dtype)
+        return torch.matmul(self.attn_dropout(attn_weights), value), attn_weights
+
+
+@pytest.mark.parametrize("attention", [_GptNeoAttention, _GptJAttention, _PhiAttention])
+def test_gpt_neo_gpt_j_and_phi_attention_upcast_to_float32_is_replaced_and_verified(attention):
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
@@ -426,10 +438,17 @@ def test_gpt_neo_and_gpt_j_attention_upcast_to_float32_is_replaced_and_verified(
         def forward(self, x, attention_mask=None):
             return self.attn(x, attention_mask=attention_mask)[0]
 
-    x = torch.randn(2, 8, 32)
+    x, lowest = torch.randn(2, 8, 32), torch.finfo(torch.float32).min
     mask = torch.zeros(2, 1, 1, 8)
-    mask[0, ..., 5:] = torch.finfo(torch.float32).min
-    for args in ((x,), (x, mask)):
+    mask[0, ..., 5:] = lowest
+    if attention is _PhiAttention:  # Phi's mask holds the causal part too (Hugging Face's 4-d mask)
+        causal = torch.full((2, 1, 8, 8), lowest).triu(1)
+        padded = causal.clone()
+        padded[0, ..., 5:] = lowest
+        calls = ((x, causal), (x, padded))
+    else:
+        calls = ((x,), (x, mask))
+    for args in calls:
         model = Block()
         reference = copy.deepcopy(model)
         # verified in float64 too: the float64 probe keeps the q and k that `.to(torch.float32)` asks
@@ -440,7 +459,7 @@ def test_gpt_neo_and_gpt_j_attention_upcast_to_float32_is_replaced_and_verified(
         assert torch.allclose(got, reference(*args), rtol=1e-5, atol=1e-6)
     # bfloat16 weights: q and k upcast, v not; the chain runs in float32 and returns bfloat16
     model.bfloat16(), reference.bfloat16()
-    got, want = model(x.bfloat16(), mask), reference(x.bfloat16(), mask)
+    got, want = model(x.bfloat16(), args[1]), reference(x.bfloat16(), args[1])
     assert got.dtype == torch.bfloat16 and torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-2)
 
 
