@@ -294,14 +294,15 @@ def attention_chain(q, kt, v, scale, zero_masked, additive, dropout, in_float=Fa
         p = float(dropout)
     else:
         p = dropout.p if dropout is not None and dropout.training else 0.0
-    if (in_float and q.dtype == torch.float64) or not (fill is None or float(fill) <= ABSORBING):
+    filled = None if fill is None else float(fill)
+    if (in_float and q.dtype == torch.float64) or not (filled is None or filled <= ABSORBING):
         return _attention_as_written(q, kt, v, scale, zero_masked, additive, p, in_float, fill)
     T, S = q.shape[-2], k.shape[-2]
     if zero_masked is None:
         causal = additive is not None and _is_causal(additive, T, S, additive=True)
         return attention(q, k, v, causal, float(scale), None if causal else additive, p)
     causal, keep = _is_causal(zero_masked, T, S, additive=False), zero_masked != 0
-    if fill is None or float(fill) == float("-inf"):  # a masked place weighs 0 whatever is added
+    if filled is None or filled == float("-inf"):  # a masked place weighs 0 whatever is added
         mask = additive if causal else keep if additive is None else additive.masked_fill(~keep, float("-inf"))
         return attention(q, k, v, causal, float(scale), mask, p)
     if causal and additive is None:  # each row keeps its diagonal: exp(fill − max) is 0 as exp(−inf) is

@@ -8,10 +8,10 @@
 //   o /= l, the row's m and l kept            (z: the dropout multipliers, 0 or 1/(1 − p))
 // Backward, per key tile, over the query blocks that see it (FlashAttention-2):
 //   p = exp(s − m) / l  dv += (p·z)ᵀ do    dp = do vᵀ    ds = p·(dp·z − Σ do·o)
+//   dq += scale·ds k    dk += scale·dsᵀ q
 // m and l are kept apart, not as FlashAttention's lse = m + log l: a row masked whole by a large
 // finite value (−1e9, finfo.min) has m near it, which absorbs log l, and exp(s − lse) was then 1
 // for every key instead of 1/l (its gradients off by O(1); at −1e4, by 5e-4 in float).
-//   dq += scale·ds k    dk += scale·dsᵀ q
 // Products are BLAS calls on tiles (blas.h); the passes between them are these vector loops.
 
 #include "ops/cpu/partial_vectors.h"
@@ -60,6 +60,13 @@ typename V::A exp_and_sum(typename V::A* s, typename V::A shift, int64_t n) {
     sum = sum + p;
   }
   return V::hsumf(sum);
+}
+
+// The shift of a row's exponentials from its max m: 0 for a row masked so far (m = −inf), whose
+// every p is then exp(−inf) = 0 rather than exp(−inf + inf) = NaN.
+template <typename A>
+A shift_of(A m) {
+  return m == -std::numeric_limits<A>::infinity() ? A(0) : m;
 }
 
 // s[j] = exp(s[j] − shift) · c
@@ -156,7 +163,7 @@ void forward_block(const Head<typename V::A>& h, const Problem& p, int64_t bh, i
     for (int64_t r = 0; r < rows; ++r) {
       A* row = w.s + r * p.tile;
       const A top = std::max(w.m[r], row_max<V>(row, n));
-      const A shift = top == kNegInf ? A(0) : top;  // a row masked so far: every p is 0
+      const A shift = shift_of(top);
       const A rescale = std::exp(w.m[r] - shift);
       w.l[r] = w.l[r] * rescale + exp_and_sum<V>(row, shift, n);
       w.m[r] = top;
@@ -197,7 +204,7 @@ void backward_head(const Head<typename V::A>& h, const Grad<typename V::A>& g, c
         // a row masked whole by −inf (sum 0): every p is 0, as the composite's masked_fill passes
         // no gradient to its places (its softmax's output there is NaN, not its gradient)
         const A m = g.stats[2 * (i0 + r)], l = g.stats[2 * (i0 + r) + 1];
-        exp_scaled<V>(row, m == -std::numeric_limits<A>::infinity() ? A(0) : m, l > 0 ? A(1) / l : A(0), n);
+        exp_scaled<V>(row, shift_of(m), l > 0 ? A(1) / l : A(0), n);
         if (p.dropout) {
           dropout_multipliers<V>(p, bh, i0 + r, j0, n, &w.z[r * p.tile]);
           multiply_row<V>(row, &w.z[r * p.tile], n, pz + r * p.tile);
