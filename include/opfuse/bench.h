@@ -52,6 +52,9 @@ struct OpBenchResult {
   measure::Ratio speedup_vs_aten;
   double opfuse_gbps = 0;  // bytes the fused forward+backward (or step) must move / its median time
   double copy_gbps = 0;    // tensor copy in the same run, interleaved with the variants: what memory can do
+  // ATen's x · 2 forward+backward through autograd over as many bytes, in the same run: what one
+  // of torch's own ops reaches in an autograd step; 0 for an optimizer step, which has none
+  double aten_step_gbps = 0;
   int rounds = 0;
   measure::Machine machine;
   measure::Environment environment;

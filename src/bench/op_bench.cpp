@@ -140,6 +140,21 @@ OpBenchResult bench_op(const OpBenchOptions& options) {
     dst.copy_(src);
     return elapsed_ms(start);
   }));
+  // A fifth variant for forward+backward ops: ATen's x · 2 through torch's autograd, moving as many
+  // bytes (the forward reads x and writes y, the backward reads dy and writes dx). It is how near
+  // to the copy one of ATen's own ops comes once the engine, its allocations and its two parallel
+  // regions are in the step: the yardstick for an op's % of copy.
+  const bool autograd_step = !c.variants[0].step;
+  const int64_t step_numel = std::max<int64_t>(1, std::llround(c.bytes_per_step / (4 * sizeof(float))));
+  const at::Tensor step_x = torch::randn({autograd_step ? step_numel : 1}).requires_grad_(),
+                   step_dy = torch::randn_like(step_x);
+  if (autograd_step)
+    runs.push_back(repeated_to_last([&] {
+      step_x.mutable_grad() = at::Tensor();
+      const auto start = Clock::now();
+      (step_x * 2).backward(step_dy);
+      return elapsed_ms(start);
+    }));
   measure::Options m;
   m.warmup = options.warmup;
   m.rounds = options.rounds;
@@ -168,6 +183,7 @@ OpBenchResult bench_op(const OpBenchOptions& options) {
   result.speedup_vs_aten = measure::ratio(timing, 1, 2);
   result.opfuse_gbps = c.bytes_per_step / (timing.variants[2].median * 1e6);
   result.copy_gbps = 2.0 * src.numel() * sizeof(float) / (timing.variants[3].median * 1e6);
+  if (autograd_step) result.aten_step_gbps = 4.0 * step_numel * sizeof(float) / (timing.variants[4].median * 1e6);
   return result;
 }
 

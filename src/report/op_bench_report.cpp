@@ -30,6 +30,10 @@ std::string format_op_bench(const bench::OpBenchResult& r) {
                      ratio_cell(r.speedup_vs_reference), ratio_cell(r.speedup_vs_aten));
   out += fmt::format("opfuse bandwidth     {:.1f} GB/s (copy in the same run: {:.1f} GB/s; {:.0f} % of it)\n",
                      r.opfuse_gbps, r.copy_gbps, 100 * r.opfuse_gbps / r.copy_gbps);
+  if (r.aten_step_gbps > 0)
+    out += fmt::format("ATen x * 2 step      {:.1f} GB/s ({:.0f} % of copy): one ATen op's forward+backward through "
+                       "autograd, moving as many bytes\n",
+                       r.aten_step_gbps, 100 * r.aten_step_gbps / r.copy_gbps);
   return out;
 }
 
@@ -59,6 +63,7 @@ nlohmann::json op_bench_json(const bench::OpBenchResult& r) {
           {"speedup_vs_aten_ci", interval_json(r.speedup_vs_aten.ci)},
           {"opfuse_gbps", r.opfuse_gbps},
           {"copy_gbps", r.copy_gbps},
+          {"aten_step_gbps", r.aten_step_gbps},
           {"machine", machine_json(r.machine)},
           {"environment", environment_json(r.environment)}};
 }

@@ -16,12 +16,16 @@ for op in silu swish se_gate batch_norm_silu drop_connect_add rms_norm swiglu at
   [ "$op" = adamw ] && size=""
   "$opfuse" bench-op "$op" $size --rounds 3 --warmup 1 --threads 1 --json "$tmp/$op.json" > "$tmp/$op.txt"
   grep -q "opfuse vs aten" "$tmp/$op.txt"
+  [ "$op" = adamw ] || grep -q "^ATen x \* 2 step .* % of copy" "$tmp/$op.txt"
   /usr/bin/python3 - "$tmp/$op.json" "$op" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 for key in ("op", "numel", "threads", "rounds", "ms", "variants", "speedup_vs_reference", "speedup_vs_reference_ci",
-            "speedup_vs_aten", "speedup_vs_aten_ci", "opfuse_gbps", "copy_gbps", "machine", "environment"):
+            "speedup_vs_aten", "speedup_vs_aten_ci", "opfuse_gbps", "copy_gbps", "aten_step_gbps", "machine",
+            "environment"):
     assert key in r, key
+# the yardstick of an autograd step, for every op but the optimizer's, which takes no autograd step
+assert (r["aten_step_gbps"] > 0) == (r["op"] != "adamw"), r["aten_step_gbps"]
 assert r["op"] == sys.argv[2] and r["threads"] == 1 and r["rounds"] == 3
 assert set(r["ms"]) == {"reference", "aten", "opfuse"} and all(v > 0 for v in r["ms"].values())
 for v in r["variants"]:
