@@ -99,6 +99,16 @@ void adamw_(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs
             at::TensorList steps, double lr, double beta1, double beta2, double eps, double weight_decay,
             bool maximize = false);
 
+// One SGD step for a parameter group, in place, torch.optim.SGD's formula in one pass over each
+// parameter's p, g and momentum buffer b:
+//   d ← g + wd·p;  b ← momentum·b + (1 − dampening)·d;  d ← nesterov ? d + momentum·b : b;  p ← p − lr·d
+// (g → −g if maximize). momentum_buffers is empty when momentum is 0, else one per parameter; with
+// fresh_buffers (each buffer's first step, where torch clones d) they take d, whatever they hold.
+// Dtypes and layouts as adamw_.
+void sgd_(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers, double lr,
+          double momentum = 0, double dampening = 0, double weight_decay = 0, bool nesterov = false,
+          bool maximize = false, bool fresh_buffers = false);
+
 // Cross entropy, as F.cross_entropy(logits.view(-1, V), target.view(-1), ignore_index=…,
 // reduction=…, label_smoothing=ε): logits [..., V] (the classes last), target [...] of int64
 // class indices in [0, V) or ignore_index; reduction at::Reduction::None (a loss per row, of

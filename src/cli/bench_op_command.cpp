@@ -31,7 +31,7 @@ Run add_bench_op(CLI::App& app) {
                   "of about that size, default [16, 96, 56, 56] for the last two; rms_norm: [numel / 768, 768], default "
                   "[1024, 768]; swiglu: gate and up [numel / 2048, 2048], default [1024, 2048]; rotary_embedding: x [4, T, 8, 64] of about "
                   "that size, default [4, 256, 8, 64]; cross_entropy, linear_cross_entropy: logits [numel / 32000, 32000], default "
-                  "[1024, 32000]; not for attention or adamw, which steps stories15M's 56 parameter tensors)")
+                  "[1024, 32000]; not for attention, or adamw and sgd, which step stories15M's 56 parameter tensors)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seq-len", args->options.seq_len, "attention: tokens T of q, k, v [4, 6, T, head-dim]")
       ->capture_default_str()

@@ -12,14 +12,13 @@
 #include "opfuse/ops.h"
 #include "ops/checks.h"
 #include "ops/cpu/kernels.h"
+#include "ops/dense_operands.h"
 #include "ops/dispatch.h"
 
 namespace opfuse {
 namespace {
 
 constexpr const char* kOp = "opfuse::adamw_";
-
-std::string entry(const char* list, size_t i) { return std::string(list) + "[" + std::to_string(i) + "]"; }
 
 void check_lists(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
                  at::TensorList steps) {
@@ -76,36 +75,6 @@ cpu::AdamWCoefficients coefficients_at(double t, double lr, double beta1, double
   return {1 - lr * weight_decay, beta1, beta2, eps, lr / bias_correction1, std::sqrt(bias_correction2), maximize};
 }
 
-// The kernel walks each tensor's memory as one flat run, which any dense layout allows so long
-// as p, g, m and v share it (a channels_last weight and its zeros_like state do). A tensor
-// that does not is updated through a copy in p's layout (or a contiguous one when p itself is
-// not dense), written back afterwards.
-struct Operands {
-  std::vector<at::Tensor> p, g, m, v;
-  std::vector<std::pair<at::Tensor, at::Tensor>> write_back;  // (given, updated copy)
-
-  void add(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq) {
-    const at::Tensor layout = param.is_non_overlapping_and_dense() ? param : param.contiguous();
-    if (!layout.is_same(param)) write_back.emplace_back(param, layout);
-    p.push_back(layout);
-    g.push_back(in_layout(grad, layout, false));
-    m.push_back(in_layout(exp_avg, layout, true));
-    v.push_back(in_layout(exp_avg_sq, layout, true));
-  }
-
-  at::Tensor in_layout(const at::Tensor& t, const at::Tensor& layout, bool written) {
-    if (t.strides() == layout.strides() && t.is_non_overlapping_and_dense()) return t;
-    at::Tensor copy = at::empty_like(layout);
-    copy.copy_(t);
-    if (written) write_back.emplace_back(t, copy);
-    return copy;
-  }
-
-  void finish() {
-    for (auto& [given, updated] : write_back) given.copy_(updated);
-  }
-};
-
 void adamw_cpu(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
                at::TensorList steps, double lr, double beta1, double beta2, double eps, double weight_decay,
                bool maximize) {
@@ -113,12 +82,16 @@ void adamw_cpu(at::TensorList params, at::TensorList grads, at::TensorList exp_a
   check_hyperparameters(lr, beta1, beta2, eps, weight_decay);
   for (size_t i = 0; i < steps.size(); ++i) check_step(steps[i], i);
   std::vector<cpu::AdamWCoefficients> coefficients;
-  Operands o;
+  std::vector<at::Tensor> p, g, m, v;
+  DenseOperands o;
   for (size_t i = 0; i < params.size(); ++i) {
     coefficients.push_back(coefficients_at(next_step(steps[i]), lr, beta1, beta2, eps, weight_decay, maximize));
-    o.add(params[i], grads[i], exp_avgs[i], exp_avg_sqs[i]);
+    p.push_back(o.param(params[i]));
+    g.push_back(o.like(grads[i], p.back(), false));
+    m.push_back(o.like(exp_avgs[i], p.back(), true));
+    v.push_back(o.like(exp_avg_sqs[i], p.back(), true));
   }
-  cpu::adamw_kernel(o.p, o.g, o.m, o.v, coefficients);
+  cpu::adamw_kernel(p, g, m, v, coefficients);
   o.finish();
 }
 

@@ -70,6 +70,12 @@ TORCH_LIBRARY(opfuse, m) {
   // state['step']) and is incremented first, as torch's loop increments it.
   m.def("adamw_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
         "Tensor(d!)[] steps, float lr, float beta1, float beta2, float eps, float weight_decay, bool maximize=False) -> ()");
+  // One SGD step (torch.optim.SGD's formula) for a parameter group, in place: p and its momentum
+  // buffer updated in one pass over p, g, b; momentum_buffers empty when momentum is 0, and taking
+  // the step's direction, whatever they hold, when fresh_buffers (a buffer's first step).
+  m.def("sgd_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, float lr, float momentum=0.0, "
+        "float dampening=0.0, float weight_decay=0.0, bool nesterov=False, bool maximize=False, "
+        "bool fresh_buffers=False) -> ()");
   // softmax(scale · q kᵀ + mask) · v over q [B, H, T, D], k, v [B, H, S, *], tiled (no [T, S]
   // matrix stored); scale defaults to 1/sqrt(D); attn_mask is bool (true takes part) or
   // additive, broadcast to [B, H, T, S]. _forward also returns each row's score max and sum

@@ -35,15 +35,11 @@ void adamw_run(const AdamWCoefficients& c, T* p, const T* g, T* m, T* v, int64_t
   }
 }
 
-// Every element is updated alone, so any split across threads gives the same bits.
 template <typename V, typename T>
-void adamw_all(const std::vector<AdamWTensor<T>>& tensors, const std::vector<AdamWPiece>& pieces) {
-  at::parallel_for(0, int64_t(pieces.size()), grain_for(kAdamWPiece), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const AdamWPiece& piece = pieces[i];
-      const AdamWTensor<T>& t = tensors[piece.tensor];
-      const int64_t at = piece.begin;
-      adamw_run<V>(t.coefficients, t.p + at, t.g + at, t.m + at, t.v + at, piece.n);
-    }
+void adamw_all(const std::vector<AdamWTensor<T>>& tensors, const std::vector<Piece>& pieces) {
+  for_each_piece(pieces, [&](const Piece& piece) {
+    const AdamWTensor<T>& t = tensors[piece.tensor];
+    const int64_t at = piece.begin;
+    adamw_run<V>(t.coefficients, t.p + at, t.g + at, t.m + at, t.v + at, piece.n);
   });
 }

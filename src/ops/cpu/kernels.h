@@ -121,6 +121,19 @@ struct AdamWCoefficients {
 void adamw_kernel(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
                   const std::vector<AdamWCoefficients>& coefficients);
 
+// One SGD step over tensors i, each of p, g and (with momentum) b contiguous, of one size and of
+// one dtype (all tensors alike), updated in place (see sgd_loops.h for the order of operations):
+//   d ← g + wd·p;  b ← momentum·b + (1 − dampening)·d (b ← d when fresh);  d ← nesterov ? d + momentum·b : b
+//   p ← p − lr·d                                                            g negated if maximize
+// momentum_buffers empty: no momentum (d is g + wd·p).
+struct SgdCoefficients {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov, maximize;
+  bool fresh_buffers;  // the buffers' first step: they take d, whatever they hold
+};
+void sgd_kernel(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers,
+                const SgdCoefficients& coefficients);
+
 // Attention over heads: q [B, H, T, D], k [B, H, S, D], v [B, H, S, Dv] of one dtype, any
 // strides; mask undefined or a [B, H, T, S] view (strides may be 0) of bool (true takes part)
 // or of the accumulation dtype (added to the scores). out [B, H, T, Dv] and stats [B, H, T, 2]

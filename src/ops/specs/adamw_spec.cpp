@@ -12,21 +12,6 @@ namespace {
 
 constexpr double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, wd = 1e-2;
 
-// stories15M (dim 288, 6 layers, hidden 768, vocab 32000, the output layer tied to the
-// embedding): its 56 parameter tensors.
-InputShapes llama_parameter_shapes() {
-  constexpr int64_t dim = 288, layers = 6, hidden = 768, vocab = 32000;
-  InputShapes shapes{{vocab, dim}};
-  for (int64_t l = 0; l < layers; ++l) {
-    shapes.push_back({dim});  // attention_norm
-    for (int w = 0; w < 4; ++w) shapes.push_back({dim, dim});  // wq, wk, wv, wo
-    shapes.push_back({dim});  // ffn_norm
-    shapes.insert(shapes.end(), {{hidden, dim}, {dim, hidden}, {hidden, dim}});  // w1, w2, w3
-  }
-  shapes.push_back({dim});  // the final norm
-  return shapes;
-}
-
 struct Group {
   std::vector<at::Tensor> p, g, m, v, steps;
 };

@@ -55,4 +55,19 @@ inline std::vector<int64_t> mbconv_activation(int64_t numel) {
   return numel == 0 ? std::vector<int64_t>{16, 96, 56, 56} : efficientnet_activation(numel);
 }
 
+// stories15M's 56 parameter tensors (dim 288, 6 layers, hidden 768, vocab 32000, the output layer
+// tied to the embedding): the parameter group the optimizers' specs step.
+inline InputShapes llama_parameter_shapes() {
+  constexpr int64_t dim = 288, layers = 6, hidden = 768, vocab = 32000;
+  InputShapes shapes{{vocab, dim}};
+  for (int64_t l = 0; l < layers; ++l) {
+    shapes.push_back({dim});  // attention_norm
+    for (int w = 0; w < 4; ++w) shapes.push_back({dim, dim});  // wq, wk, wv, wo
+    shapes.push_back({dim});  // ffn_norm
+    shapes.insert(shapes.end(), {{hidden, dim}, {dim, hidden}, {hidden, dim}});  // w1, w2, w3
+  }
+  shapes.push_back({dim});  // the final norm
+  return shapes;
+}
+
 }  // namespace opfuse::specs

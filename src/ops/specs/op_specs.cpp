@@ -15,6 +15,7 @@ OpSpec geglu_spec();
 OpSpec attention_spec();
 OpSpec rotary_embedding_spec();
 OpSpec adamw_spec();
+OpSpec sgd_spec();
 OpSpec cross_entropy_spec();
 OpSpec linear_cross_entropy_spec();
 OpSpec add_rms_norm_spec();
@@ -25,7 +26,7 @@ const std::vector<OpSpec>& op_specs() {
   static const std::vector<OpSpec> table{
       silu_spec(),     swish_spec(),        se_gate_spec(),       batch_norm_silu_spec(), drop_connect_add_spec(),
       rms_norm_spec(), swiglu_spec(),       geglu_spec(),         attention_spec(),     rotary_embedding_spec(), adamw_spec(),
-      cross_entropy_spec(), linear_cross_entropy_spec(), add_rms_norm_spec()};
+      cross_entropy_spec(), linear_cross_entropy_spec(), add_rms_norm_spec(), sgd_spec()};
   return table;
 }
 
