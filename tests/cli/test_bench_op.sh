@@ -10,13 +10,13 @@ trap 'rm -rf "$tmp"' EXIT
 "$opfuse" bench-op --help | grep -q -- --numel
 
 for op in silu swish se_gate batch_norm_silu drop_connect_add rms_norm swiglu attention rotary_embedding adamw \
-          cross_entropy linear_cross_entropy add_rms_norm; do
+          cross_entropy linear_cross_entropy add_rms_norm sgd; do
   size="--numel 100000"
   [ "$op" = attention ] && size="--seq-len 70 --head-dim 32 --dropout 0.1"
-  [ "$op" = adamw ] && size=""
+  { [ "$op" = adamw ] || [ "$op" = sgd ]; } && size=""
   "$opfuse" bench-op "$op" $size --rounds 3 --warmup 1 --threads 1 --json "$tmp/$op.json" > "$tmp/$op.txt"
   grep -q "opfuse vs aten" "$tmp/$op.txt"
-  [ "$op" = adamw ] || grep -q "^ATen x \* 2 step .* % of copy" "$tmp/$op.txt"
+  { [ "$op" = adamw ] || [ "$op" = sgd ]; } || grep -q "^ATen x \* 2 step .* % of copy" "$tmp/$op.txt"
   /usr/bin/python3 - "$tmp/$op.json" "$op" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -24,18 +24,18 @@ for key in ("op", "numel", "threads", "rounds", "ms", "variants", "speedup_vs_re
             "speedup_vs_aten", "speedup_vs_aten_ci", "opfuse_gbps", "copy_gbps", "aten_step_gbps", "machine",
             "environment"):
     assert key in r, key
-# the yardstick of an autograd step, for every op but the optimizer's, which takes no autograd step
-assert (r["aten_step_gbps"] > 0) == (r["op"] != "adamw"), r["aten_step_gbps"]
+# the yardstick of an autograd step, for every op but the optimizers', which take no autograd step
+assert (r["aten_step_gbps"] > 0) == (r["op"] not in ("adamw", "sgd")), r["aten_step_gbps"]
 assert r["op"] == sys.argv[2] and r["threads"] == 1 and r["rounds"] == 3
 assert set(r["ms"]) == {"reference", "aten", "opfuse"} and all(v > 0 for v in r["ms"].values())
 for v in r["variants"]:
     assert len(v["ms_rounds"]) == 3 and v["spread"] >= 1 and v["ms_ci"][0] <= v["ms"] <= v["ms_ci"][1], v
-    assert v["peak_bytes"] > 0 or (r["op"] == "adamw" and v["name"] == "opfuse"), v
+    assert v["peak_bytes"] > 0 or (r["op"] in ("adamw", "sgd") and v["name"] == "opfuse"), v
 if r["op"] == "add_rms_norm":  # --numel 100000: 130 rows of 768
     assert r["shape"] == "[130, 768]", r["shape"]
 if r["op"] == "rotary_embedding":
     assert r["shape"] == "[4, 48, 8, 64]", r["shape"]
-if r["op"] == "adamw":  # the fused step allocates nothing; both ATen spellings make temporaries
+if r["op"] in ("adamw", "sgd"):  # the fused step allocates nothing; both ATen spellings make temporaries
     assert r["shape"] == "56 tensors, 15191712 parameters (stories15M)" and r["numel"] == 15191712, r["shape"]
     assert [v["peak_bytes"] for v in r["variants"]][2] == 0
 if r["op"] in ("cross_entropy", "linear_cross_entropy"):  # --numel 100000: 3 rows of 32000 logits

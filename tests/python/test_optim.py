@@ -139,7 +139,76 @@ def test_fused_factory_swaps_torchs_adamw_and_nothing_else():
     reference = torch.optim.AdamW(param_groups(model), lr=2e-3, eps=1e-7)
     assert type(optimizer) is AdamW
     assert optimizer.state_dict()["param_groups"] == reference.state_dict()["param_groups"]
-    sgd = opfuse.optim.fused_factory(lambda params: torch.optim.SGD(params, lr=0.1))(model.parameters())
-    assert type(sgd) is torch.optim.SGD
+    rmsprop = opfuse.optim.fused_factory(lambda params: torch.optim.RMSprop(params, lr=0.1))(model.parameters())
+    assert type(rmsprop) is torch.optim.RMSprop
     amsgrad = opfuse.optim.fused_factory(lambda params: torch.optim.AdamW(params, amsgrad=True))(model.parameters())
     assert type(amsgrad) is torch.optim.AdamW
+
+
+def test_fused_factory_swaps_torchs_sgd():
+    model = small_model(torch.float64)
+    make = opfuse.optim.fused_factory(lambda params: torch.optim.SGD(param_groups(model), lr=0.1, momentum=0.9,
+                                                                       nesterov=True))
+    optimizer = make(model.parameters())
+    assert type(optimizer) is opfuse.optim.SGD
+    reference = torch.optim.SGD(param_groups(model), lr=0.1, momentum=0.9, nesterov=True)
+    assert optimizer.state_dict()["param_groups"] == reference.state_dict()["param_groups"]
+
+
+# opfuse.optim.SGD against torch.optim.SGD: the same bounds as AdamW's (each step is torch's
+# arithmetic to rounding; torch's vectorised add fuses a multiply, ours does not). The first group
+# decays its weights, the second not and without momentum (param_groups).
+SGD_OPTIONS = [dict(momentum=0.9), dict(momentum=0.9, nesterov=True), dict(momentum=0.8, dampening=0.3, maximize=True),
+               dict()]
+
+
+@pytest.mark.parametrize("dtype, bound", [(torch.float64, 1e-12), (torch.float32, 5e-6)])
+@pytest.mark.parametrize("options", SGD_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "plain")
+def test_sgd_tracks_torch_sgd_over_ten_steps(dtype, bound, options):
+    ours, theirs = small_model(dtype), small_model(dtype)
+    train(ours, opfuse.optim.SGD(param_groups(ours, **options), lr=5e-2), 10, seed=1)
+    train(theirs, torch.optim.SGD(param_groups(theirs, **options), lr=5e-2, foreach=False), 10, seed=1)
+    assert max_difference(ours, small_model(dtype)) > 1e-2, "the parameters moved"
+    assert max_difference(ours, theirs) <= bound
+
+
+@pytest.mark.parametrize("first, then", [(opfuse.optim.SGD, torch.optim.SGD), (torch.optim.SGD, opfuse.optim.SGD)])
+def test_an_sgd_checkpoint_of_either_continues_in_the_other(first, then):
+    model = small_model(torch.float64)
+    optimizer = first(param_groups(model, momentum=0.9), lr=1e-2)
+    train(model, optimizer, 3, seed=4)
+    checkpoint = copy.deepcopy(optimizer.state_dict())
+    buffers = [state["momentum_buffer"] for state in checkpoint["state"].values()]
+    assert all(b.dtype == torch.float64 for b in buffers if b is not None) and any(b is not None for b in buffers)
+    reference = copy.deepcopy(model)
+    train(model, optimizer, 3, seed=5)
+    resumed = then(param_groups(reference, momentum=0.9), lr=1e-2)
+    resumed.load_state_dict(checkpoint)
+    train(reference, resumed, 3, seed=5)
+    assert max_difference(model, reference) <= 1e-12
+
+
+def test_sgd_steps_sparse_gradients_as_torch_does_and_a_profiled_step_is_one_fused_op():
+    torch.manual_seed(0)
+    emb, theirs = torch.nn.Embedding(10, 3, sparse=True), torch.nn.Embedding(10, 3, sparse=True)
+    theirs.load_state_dict(emb.state_dict())
+    for module, make in ((emb, opfuse.optim.SGD), (theirs, torch.optim.SGD)):
+        optimizer = make(module.parameters(), lr=0.1, momentum=0.9)
+        for _ in range(2):
+            optimizer.zero_grad()
+            module(torch.tensor([1, 2])).sum().backward()
+            optimizer.step()
+    assert torch.equal(emb.weight, theirs.weight)
+    model = small_model(torch.float32)
+    optimizer = opfuse.optim.SGD(param_groups(model, momentum=0.9), lr=1e-2)
+    train(model, optimizer, 1, seed=6)
+    model(torch.randn(2, 8)).sum().backward()
+    with torch.autograd.profiler.profile() as prof:
+        optimizer.step()
+    step = next(e for e in prof.function_events if e.name == "Optimizer.step#SGD.step")
+    ops = [e.name for e in prof.function_events if e.cpu_parent is step and e.name != "aten::empty"]
+    assert ops == ["opfuse::sgd_", "opfuse::sgd_"], ops  # one per group
+    with pytest.raises(ValueError, match="differentiable=True is not supported"):
+        opfuse.optim.SGD(model.parameters(), lr=0.1, differentiable=True)
+    with pytest.raises(ValueError, match="Nesterov momentum requires a momentum and zero dampening"):
+        opfuse.optim.SGD(model.parameters(), lr=0.1, nesterov=True)
