@@ -83,7 +83,6 @@ struct FxRewrite {
 struct PythonRewrite {
   std::string module;
   std::vector<FxRewrite> fx;
-  std::string optimizer;  // a class of opfuse.optim that takes the place of torch.optim's of that name
 };
 
 struct Rule {
@@ -92,6 +91,9 @@ struct Rule {
   std::map<Backend, std::string> replacement;
   std::vector<GraphRewrite> torchscript;
   PythonRewrite python;
+  // Optimizer rules: the opfuse optimizer (opfuse.optim.<name> in Python, opfuse::optim::<name> in
+  // C++) that takes the place of torch's of the same name.
+  std::string optimizer;
   int min_children = 0;    // optimizer steps: how many per-parameter ops make it "unfused"
   std::string source;      // the file it came from
 };

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
 
 #include <string>
 #include <unordered_map>
@@ -26,6 +27,18 @@ class AdamW : public torch::optim::AdamW {
   at::Tensor& step_count(const std::string& key, const torch::optim::AdamWParamState& state);
 
   std::unordered_map<std::string, at::Tensor> step_counts_;
+};
+
+// torch::optim::SGD with its step made one opfuse::sgd_ call per parameter group and dtype (and
+// apart for the buffers made this step, which torch clones from the step's direction): the same
+// options and per-parameter state (SGDParamState's momentum_buffer), the same arithmetic (float64
+// agrees to rounding). CPU parameters with dense gradients.
+class SGD : public torch::optim::SGD {
+ public:
+  explicit SGD(std::vector<torch::optim::OptimizerParamGroup> param_groups, torch::optim::SGDOptions defaults);
+  explicit SGD(std::vector<at::Tensor> params, torch::optim::SGDOptions defaults);
+
+  at::Tensor step(LossClosure closure = nullptr) override;
 };
 
 }  // namespace opfuse::optim

@@ -21,7 +21,7 @@ struct TrainOptions {
   int batch_size = 16;
   int steps = 20;   // timed steps, after the warm-up
   int warmup = 3;
-  std::string optimizer = "sgd";  // sgd | rmsprop | adamw | opfuse-adamw (opfuse::optim::AdamW)
+  std::string optimizer = "sgd";  // sgd | opfuse-sgd | rmsprop | adamw | opfuse-adamw (opfuse::optim's)
   double lr = 0.01;
   int threads = 0;  // 0: all cores
   uint64_t seed = 0;

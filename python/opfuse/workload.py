@@ -197,8 +197,8 @@ def make(native):
                 parts.append(f"submodules computing {rule.name} -> opfuse.nn.{rule.python_module}")
             if rule.python_fx:
                 parts.append(f"torch.fx: {len(rule.python_fx)} chain pattern(s) in forwards")
-            if rule.python_optimizer:
-                parts.append(f"torch.optim.{rule.python_optimizer} -> opfuse.optim.{rule.python_optimizer}")
+            if rule.optimizer:
+                parts.append(f"torch.optim.{rule.optimizer} -> opfuse.optim.{rule.optimizer}")
             if not parts:
                 return []
 
@@ -214,8 +214,8 @@ def make(native):
                 places += rewrite.swap_modules(self.model, rule, self.calls, self.not_traced)
             if rule.python_fx:
                 places += rewrite.rewrite_forwards(self.model, rule, self.rules, self.calls, self.not_traced)
-            if rule.python_optimizer:
-                places += self._swap_optimizer(rule.python_optimizer)
+            if rule.optimizer:
+                places += self._swap_optimizer(rule.optimizer)
             if places:
                 self.applied.append(rule.name)
                 self.optimizer = self.optimizer_factory(self.model.parameters())

@@ -267,7 +267,7 @@ PYBIND11_MODULE(_C, m) {
                              })
       .def_property_readonly("python_module", [](const opfuse::analyze::Rule& r) { return r.python.module; })
       .def_property_readonly("python_fx", [](const opfuse::analyze::Rule& r) { return r.python.fx; })
-      .def_property_readonly("python_optimizer", [](const opfuse::analyze::Rule& r) { return r.python.optimizer; })
+      .def_property_readonly("optimizer", [](const opfuse::analyze::Rule& r) { return r.optimizer; })
       .def("matches_whole", &matches_whole, py::arg("ops"),
            "whether one of the rule's patterns matches exactly this chain of op names")
       .def("__repr__", [](const opfuse::analyze::Rule& r) { return "<opfuse rule " + r.name + ">"; });

@@ -78,10 +78,12 @@ Rule parse_opfuse_rule(const std::string& name, const YAML::Node& n) {
                                scalar(name, g["replacement"], "a torchscript replacement"),
                                g["inline"] && g["inline"].as<bool>()});
   }
+  if (n["optimizer"]) r.optimizer = scalar(name, n["optimizer"], "an opfuse optimizer class");
   if (const YAML::Node py = n["python"]) {
     if (!py.IsMap()) fail(name, py, "python must be a map with module, fx and/or optimizer");
     if (py["module"]) r.python.module = scalar(name, py["module"], "a python module class");
-    if (py["optimizer"]) r.python.optimizer = scalar(name, py["optimizer"], "an opfuse.optim class");
+    // (where rule files before the C++ optimizers named it)
+    if (py["optimizer"]) r.optimizer = scalar(name, py["optimizer"], "an opfuse optimizer class");
     if (const YAML::Node fx = py["fx"]) {
       if (!fx.IsSequence()) fail(name, fx, "python fx must be a list of {pattern, replacement, outputs?}");
       for (const auto& g : fx) {

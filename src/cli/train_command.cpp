@@ -112,7 +112,7 @@ Run add_train(CLI::App& app) {
   cmd->add_option("--batch-size", o.batch_size, "images per step")->capture_default_str();
   cmd->add_option("--steps", o.steps, "timed steps after the warm-up")->capture_default_str();
   cmd->add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
-  cmd->add_option("--optimizer", o.optimizer, "sgd | rmsprop | adamw | opfuse-adamw (adamw stepped by opfuse::adamw_)")
+  cmd->add_option("--optimizer", o.optimizer, "sgd | opfuse-sgd | rmsprop | adamw | opfuse-adamw (sgd and adamw stepped by opfuse::sgd_ and opfuse::adamw_)")
       ->capture_default_str();
   cmd->add_option("--lr", o.lr, "learning rate")->capture_default_str();
   cmd->add_option("--threads", o.threads, "intra-op threads (0: all cores)")->capture_default_str();

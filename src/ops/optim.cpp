@@ -1,9 +1,12 @@
-// opfuse::optim::AdamW: torch::optim::AdamW's state and options, stepped by opfuse::adamw_.
+// opfuse::optim::AdamW and SGD: torch::optim's state and options, stepped by opfuse::adamw_ and
+// opfuse::sgd_.
 #include "opfuse/optim.h"
 
 #include <torch/torch.h>
 
+#include <array>
 #include <map>
+#include <utility>
 
 #include "opfuse/ops.h"
 
@@ -77,6 +80,51 @@ at::Tensor AdamW::step(LossClosure closure) {
                      options.weight_decay());
       for (AdamWParamState* state : l.states) state->step(state->step() + 1);
     }
+  }
+  return loss;
+}
+
+SGD::SGD(std::vector<torch::optim::OptimizerParamGroup> param_groups, torch::optim::SGDOptions defaults)
+    : torch::optim::SGD(std::move(param_groups), defaults) {}
+
+SGD::SGD(std::vector<at::Tensor> params, torch::optim::SGDOptions defaults)
+    : SGD(std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup(std::move(params))},
+          defaults) {}
+
+at::Tensor SGD::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  at::Tensor loss;
+  if (closure) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  using torch::optim::SGDParamState;
+  for (auto& group : param_groups_) {
+    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+    // (dtype, buffers made in this step) -> one opfuse::sgd_ call's tensors
+    std::map<std::pair<at::ScalarType, bool>, std::array<std::vector<at::Tensor>, 3>> calls;
+    for (const at::Tensor& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      at::Tensor buffer;
+      bool fresh = false;
+      if (o.momentum() != 0) {
+        auto& slot = state_[c10::guts::to_string(p.unsafeGetTensorImpl())];
+        fresh = !slot;
+        if (fresh) {  // written whole by the op
+          auto made = std::make_unique<SGDParamState>();
+          made->momentum_buffer(at::empty_like(p, at::MemoryFormat::Preserve));
+          slot = std::move(made);
+        }
+        buffer = static_cast<SGDParamState&>(*slot).momentum_buffer();
+      }
+      auto& [params, grads, buffers] = calls[{p.scalar_type(), fresh}];
+      params.push_back(p);
+      grads.push_back(p.grad());
+      if (buffer.defined()) buffers.push_back(buffer);
+    }
+    for (auto& [key, tensors] : calls)
+      opfuse::sgd_(tensors[0], tensors[1], tensors[2], o.lr(), o.momentum(), o.dampening(), o.weight_decay(),
+                   o.nesterov(), false, key.second);
   }
   return loss;
 }

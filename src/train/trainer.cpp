@@ -44,14 +44,16 @@ void validate(const TrainOptions& o) {
   if (o.num_classes < 1) throw std::invalid_argument("--num-classes must be at least 1");
   if (!(o.lr > 0)) throw std::invalid_argument("--lr must be positive");
   if (!o.profile.empty() && o.profile_steps < 1) throw std::invalid_argument("--profile-steps must be at least 1");
-  if (o.optimizer != "sgd" && o.optimizer != "rmsprop" && o.optimizer != "adamw" && o.optimizer != "opfuse-adamw")
-    throw std::invalid_argument(
-        fmt::format("unknown optimizer '{}' (expected sgd, rmsprop, adamw or opfuse-adamw)", o.optimizer));
+  if (o.optimizer != "sgd" && o.optimizer != "opfuse-sgd" && o.optimizer != "rmsprop" && o.optimizer != "adamw" &&
+      o.optimizer != "opfuse-adamw")
+    throw std::invalid_argument(fmt::format(
+        "unknown optimizer '{}' (expected sgd, opfuse-sgd, rmsprop, adamw or opfuse-adamw)", o.optimizer));
 }
 
-// The reference's ImageNet recipes: SGD with momentum 0.9, or RMSprop as in the TF training
-// (decay 0.9, momentum 0.9, eps 1e-3); weight decay 1e-5 for both. AdamW with torch's defaults
-// (betas 0.9, 0.999, weight decay 1e-2), stepped by torch or by opfuse::adamw_.
+// The reference's ImageNet recipes: SGD with momentum 0.9 (stepped by torch or by opfuse::sgd_),
+// or RMSprop as in the TF training (decay 0.9, momentum 0.9, eps 1e-3); weight decay 1e-5 for
+// both. AdamW with torch's defaults (betas 0.9, 0.999, weight decay 1e-2), stepped by torch or by
+// opfuse::adamw_.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, models::EfficientNet& model) {
   if (o.optimizer == "adamw")
     return std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(o.lr));
@@ -60,12 +62,13 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, m
   if (o.optimizer == "rmsprop")
     return std::make_unique<torch::optim::RMSprop>(
         model->parameters(), torch::optim::RMSpropOptions(o.lr).alpha(0.9).momentum(0.9).eps(1e-3).weight_decay(1e-5));
-  return std::make_unique<torch::optim::SGD>(model->parameters(),
-                                             torch::optim::SGDOptions(o.lr).momentum(0.9).weight_decay(1e-5));
+  const auto sgd = torch::optim::SGDOptions(o.lr).momentum(0.9).weight_decay(1e-5);
+  if (o.optimizer == "opfuse-sgd") return std::make_unique<opfuse::optim::SGD>(model->parameters(), sgd);
+  return std::make_unique<torch::optim::SGD>(model->parameters(), sgd);
 }
 
-// The scope PyTorch's profiler gives the optimizer's step; opfuse's AdamW is named as
-// torch's, as opfuse.optim.AdamW is in Python, so a trace of either reads the same to analyze.
+// The scope PyTorch's profiler gives the optimizer's step; opfuse's optimizers are named as
+// torch's, as opfuse.optim's are in Python, so a trace of either reads the same to analyze.
 std::string optimizer_scope(const std::string& optimizer) {
   if (optimizer == "rmsprop") return "Optimizer.step#RMSprop.step";
   if (optimizer == "adamw" || optimizer == "opfuse-adamw") return "Optimizer.step#AdamW.step";

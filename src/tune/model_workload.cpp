@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "opfuse/optim.h"
 #include "opfuse/profile.h"
 
 namespace opfuse::tune {
@@ -153,12 +154,23 @@ Batches make_batches(const TuneOptions& o, rewrite::Model& model) {
   return b;
 }
 
-ModelWorkload::ModelWorkload(std::unique_ptr<rewrite::Model> model, std::shared_ptr<const Batches> batches, double lr)
-    : model_(std::move(model)), batches_(std::move(batches)), lr_(lr) {
+ModelWorkload::ModelWorkload(std::unique_ptr<rewrite::Model> model, std::shared_ptr<const Batches> batches, double lr,
+                             bool fused_sgd)
+    : model_(std::move(model)), batches_(std::move(batches)), lr_(lr), fused_sgd_(fused_sgd) {
   std::vector<at::Tensor> params;
   for (auto& [name, p] : model_->named_parameters()) params.push_back(p);
-  optimizer_ = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr).momentum(0.9).weight_decay(1e-5));
+  optimizer_ = make_optimizer(params);
   model_->set_training(true);
+}
+
+std::unique_ptr<torch::optim::Optimizer> ModelWorkload::make_optimizer(const std::vector<at::Tensor>& params) const {
+  const auto options = torch::optim::SGDOptions(lr_).momentum(0.9).weight_decay(1e-5);
+  if (fused_sgd_) return std::make_unique<optim::SGD>(params, options);
+  return std::make_unique<torch::optim::SGD>(params, options);
+}
+
+std::string ModelWorkload::describe() const {
+  return fused_sgd_ ? model_->describe() + " optimizer=opfuse::optim::SGD" : model_->describe();
 }
 
 std::shared_ptr<ModelWorkload> ModelWorkload::load(const TuneOptions& o) {
@@ -168,7 +180,7 @@ std::shared_ptr<ModelWorkload> ModelWorkload::load(const TuneOptions& o) {
 }
 
 std::shared_ptr<Workload> ModelWorkload::clone() const {
-  return std::make_shared<ModelWorkload>(model_->clone(), batches_, lr_);
+  return std::make_shared<ModelWorkload>(model_->clone(), batches_, lr_, fused_sgd_);
 }
 
 double ModelWorkload::step() {
@@ -215,11 +227,46 @@ Probe ModelWorkload::probe(at::ScalarType dtype, uint64_t seed, double nudge) {
   run.outputs = {model_->forward(input)};
   loss_of(run.outputs[0], target.is_floating_point() ? target.to(dtype) : target, batches_->loss).backward();
   for (auto& [name, p] : model_->named_parameters()) run.grads.emplace_back(name, p.grad());
+  run.updates = updates(seed);
   return run;
+}
+
+// As the Python workload does it: two steps, so the momentum's buffer is made and then taken
+// into the step (its first and its steady form), on gradients the same in both models, so a
+// rewrite of the optimizer is verified on its own arithmetic.
+std::vector<std::pair<std::string, at::Tensor>> ModelWorkload::updates(uint64_t seed) const {
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (auto& [name, p] : model_->named_parameters())
+    if (p.requires_grad()) named.emplace_back(name, p);
+  std::vector<at::Tensor> params, before;
+  for (auto& [name, p] : named) {
+    params.push_back(p);
+    before.push_back(p.detach().clone());
+  }
+  const auto optimizer = make_optimizer(params);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 2);
+  for (int step = 0; step < 2; ++step) {
+    for (at::Tensor& p : params)
+      p.mutable_grad() = at::randn(p.sizes(), gen, at::TensorOptions().dtype(at::kDouble)).to(p.scalar_type());
+    optimizer->step();
+  }
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t i = 0; i < named.size(); ++i) out.emplace_back(named[i].first, params[i].detach() - before[i]);
+  return out;
 }
 
 std::vector<Rewrite> ModelWorkload::rewrites_for(const analyze::Rule& rule) const {
   std::vector<Rewrite> out;
+  if (rule.optimizer == "SGD")  // the workload's own optimizer is torch::optim::SGD
+    out.push_back({rule.name, "torch::optim::SGD → opfuse::optim::SGD (opfuse::sgd_)", [](Workload& w) {
+                     auto* m = dynamic_cast<ModelWorkload*>(&w);
+                     if (m == nullptr || m->fused_sgd_) return 0;
+                     m->fused_sgd_ = true;
+                     std::vector<at::Tensor> params;
+                     for (auto& [name, p] : m->model_->named_parameters()) params.push_back(p);
+                     m->optimizer_ = m->make_optimizer(params);
+                     return 1;
+                   }});
   for (rewrite::Rewrite& rw : rewrite::rewrites_for(rule)) {
     auto apply = rw.apply;
     out.push_back({rw.rule, rw.name, [apply](Workload& w) {

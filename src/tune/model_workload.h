@@ -33,13 +33,15 @@ at::Tensor loss_of(const at::Tensor& output, const at::Tensor& target, const std
 
 class ModelWorkload : public Workload {
  public:
-  // SGD with momentum 0.9 and weight decay 1e-5 (the reference's ImageNet recipe) at options.lr.
-  ModelWorkload(std::unique_ptr<rewrite::Model> model, std::shared_ptr<const Batches> batches, double lr);
+  // SGD with momentum 0.9 and weight decay 1e-5 (the reference's ImageNet recipe) at options.lr:
+  // torch's, or opfuse::optim::SGD once a fused_sgd rewrite took its place.
+  ModelWorkload(std::unique_ptr<rewrite::Model> model, std::shared_ptr<const Batches> batches, double lr,
+                bool fused_sgd = false);
   // The model options.model names (built-in or TorchScript file), with its batches.
   static std::shared_ptr<ModelWorkload> load(const TuneOptions& o);
 
   std::string name() const override { return model_->name(); }
-  std::string describe() const override { return model_->describe(); }
+  std::string describe() const override;
   int64_t samples_per_step() const override { return batches_->inputs.front().front().size(0); }
   // A batch of [N, C, H, W] floats is N images (EfficientNet, a scripted vision model).
   std::string sample_unit() const override {
@@ -57,7 +59,12 @@ class ModelWorkload : public Workload {
  private:
   std::unique_ptr<rewrite::Model> model_;
   std::shared_ptr<const Batches> batches_;
+  std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params) const;
+  // What two steps of a fresh optimizer do to each parameter from gradients drawn from `seed`.
+  std::vector<std::pair<std::string, at::Tensor>> updates(uint64_t seed) const;
+
   double lr_;
+  bool fused_sgd_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   size_t next_ = 0;
 };

@@ -31,9 +31,9 @@ PY
 grep -q "profile .*trace.json.gz (.* events, 1 steps, .* ms per step: [-+][0-9]* % under the profiler)" "$tmp/profile.txt"
 gzip -t "$tmp/trace.json.gz"
 
-# AdamW stepped by torch is a fused_adamw finding; stepped by opfuse::adamw_ (one op under the
-# same scope) it is not.
-for optimizer in adamw opfuse-adamw; do
+# AdamW and SGD stepped by torch are fused_adamw and fused_sgd findings; stepped by opfuse::adamw_
+# and opfuse::sgd_ (one op under the same scope) they are not.
+for optimizer in adamw opfuse-adamw sgd opfuse-sgd; do
   "$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 --optimizer "$optimizer" \
     --profile "$tmp/$optimizer.json" --profile-steps 1 > /dev/null
   "$opfuse" analyze "$tmp/$optimizer.json" --all --json "$tmp/$optimizer.analysis.json" > /dev/null
@@ -43,6 +43,12 @@ import json, sys
 torch_rules, opfuse_rules = ([f["rule"] for f in json.load(open(p))["findings"]] for p in sys.argv[1:])
 assert "fused_adamw" in torch_rules, torch_rules
 assert "fused_adamw" not in opfuse_rules, opfuse_rules
+PY
+/usr/bin/python3 - "$tmp/sgd.analysis.json" "$tmp/opfuse-sgd.analysis.json" <<'PY'
+import json, sys
+torch_rules, opfuse_rules = ([f["rule"] for f in json.load(open(p))["findings"]] for p in sys.argv[1:])
+assert "fused_sgd" in torch_rules, torch_rules
+assert "fused_sgd" not in opfuse_rules, opfuse_rules
 PY
 
 "$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 \

@@ -1,6 +1,6 @@
-// opfuse::optim::AdamW against torch::optim::AdamW: the same trajectory in float64 (to 1e-12
+// opfuse::optim::AdamW and SGD against torch::optim's: the same trajectory in float64 (to 1e-12
 // after 10 steps: each step is torch's arithmetic to rounding), archives of either load in the
-// other, amsgrad refused.
+// other, AdamW's amsgrad refused.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -21,13 +21,27 @@ torch::nn::Sequential small_model() {
   return model;
 }
 
-// Matrices decayed, biases not, as a Llama recipe groups them.
-std::vector<torch::optim::OptimizerParamGroup> groups_of(torch::nn::Sequential& model) {
+// Matrices with the first options, biases with the second (decayed and not, as a Llama recipe
+// groups them).
+template <typename Options>
+std::vector<torch::optim::OptimizerParamGroup> groups_of(torch::nn::Sequential& model, const Options& matrix_options,
+                                                         const Options& vector_options) {
   std::vector<at::Tensor> matrices, vectors;
   for (const auto& p : model->parameters()) (p.dim() >= 2 ? matrices : vectors).push_back(p);
   using Group = torch::optim::OptimizerParamGroup;
-  return {Group(matrices, std::make_unique<AdamWOptions>(AdamWOptions(1e-2).weight_decay(0.1))),
-          Group(vectors, std::make_unique<AdamWOptions>(AdamWOptions(3e-2).weight_decay(0)))};
+  return {Group(matrices, std::make_unique<Options>(matrix_options)),
+          Group(vectors, std::make_unique<Options>(vector_options))};
+}
+
+std::vector<torch::optim::OptimizerParamGroup> groups_of(torch::nn::Sequential& model) {
+  return groups_of(model, AdamWOptions(1e-2).weight_decay(0.1), AdamWOptions(3e-2).weight_decay(0));
+}
+
+// Momentum and decay on the matrices, Nesterov on the biases.
+std::vector<torch::optim::OptimizerParamGroup> sgd_groups_of(torch::nn::Sequential& model) {
+  using torch::optim::SGDOptions;
+  return groups_of(model, SGDOptions(5e-2).momentum(0.9).dampening(0.1).weight_decay(1e-2),
+                   SGDOptions(2e-2).momentum(0.8).nesterov(true));
 }
 
 void train(torch::nn::Sequential& model, torch::optim::Optimizer& optimizer, int steps, uint64_t seed) {
@@ -57,10 +71,11 @@ TEST(OptimAdamW, TracksTorchAdamWOverTenSteps) {
   EXPECT_LE(max_difference(ours, theirs), 1e-12);
 }
 
-template <typename First, typename Then>
-void check_resume() {
+template <typename First, typename Then, typename Options = AdamWOptions>
+void check_resume(std::vector<torch::optim::OptimizerParamGroup> (*groups)(torch::nn::Sequential&) = groups_of,
+                  const Options& defaults = {}) {
   auto model = small_model();
-  First first(groups_of(model));
+  First first(groups(model), defaults);
   train(model, first, 3, 4);
   std::stringstream stream;
   {
@@ -71,7 +86,7 @@ void check_resume() {
   auto resumed_model = small_model();
   for (size_t i = 0; i < model->parameters().size(); ++i)
     resumed_model->parameters()[i].detach().copy_(model->parameters()[i].detach());
-  Then resumed(groups_of(resumed_model));
+  Then resumed(groups(resumed_model), defaults);
   torch::serialize::InputArchive archive;
   archive.load_from(stream);
   resumed.load(archive);
@@ -83,6 +98,29 @@ void check_resume() {
 TEST(OptimAdamW, AnArchiveOfEitherContinuesInTheOther) {
   check_resume<opfuse::optim::AdamW, torch::optim::AdamW>();
   check_resume<torch::optim::AdamW, opfuse::optim::AdamW>();
+}
+
+TEST(OptimSgd, TracksTorchSgdOverTenSteps) {
+  auto ours = small_model(), theirs = small_model(), start = small_model();
+  opfuse::optim::SGD a(sgd_groups_of(ours), torch::optim::SGDOptions(1e-2));
+  torch::optim::SGD b(sgd_groups_of(theirs), torch::optim::SGDOptions(1e-2));
+  train(ours, a, 10, 1);
+  train(theirs, b, 10, 1);
+  EXPECT_GT(max_difference(ours, start), 1e-2) << "the parameters moved";
+  EXPECT_LE(max_difference(ours, theirs), 1e-12);
+  // no momentum: no buffers kept
+  auto plain = small_model(), plain_torch = small_model();
+  opfuse::optim::SGD c(plain->parameters(), torch::optim::SGDOptions(0.1).weight_decay(1e-3));
+  torch::optim::SGD d(plain_torch->parameters(), torch::optim::SGDOptions(0.1).weight_decay(1e-3));
+  train(plain, c, 10, 2);
+  train(plain_torch, d, 10, 2);
+  EXPECT_LE(max_difference(plain, plain_torch), 1e-12);
+  EXPECT_TRUE(c.state().empty());
+}
+
+TEST(OptimSgd, AnArchiveOfEitherContinuesInTheOther) {
+  check_resume<opfuse::optim::SGD, torch::optim::SGD>(sgd_groups_of, torch::optim::SGDOptions(1e-2));
+  check_resume<torch::optim::SGD, opfuse::optim::SGD>(sgd_groups_of, torch::optim::SGDOptions(1e-2));
 }
 
 TEST(OptimAdamW, RefusesAmsgrad) {

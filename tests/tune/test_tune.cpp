@@ -154,6 +154,29 @@ TEST(TorchScript, DefaultRewritesReplaceSwishAndGateAndVerify) {
   EXPECT_EQ(rewrite("silu", *again), 2);
 }
 
+TEST(TorchScript, FusedSgdTakesTheOptimizersPlaceAndVerifiesOnItsUpdates) {
+  TuneOptions o = tiny();
+  o.inputs = {{{3, 3, 12, 12}}};
+  o.model = "net.pt";
+  SCOPED_TRACE("seed " + std::to_string(o.seed));
+  const testing::TempDir dir;
+  auto model = workload(scripted_net(dir.str()), o);
+  const auto rewrites = model->rewrites_for(rule(analyze::default_rules(), "fused_sgd"));
+  ASSERT_EQ(rewrites.size(), 1u);
+  auto fused = model->clone();
+  EXPECT_EQ(rewrites[0].apply(*fused), 1);
+  EXPECT_EQ(rewrites[0].apply(*fused), 0) << "swapped once";
+  EXPECT_NE(fused->describe().find("optimizer=opfuse::optim::SGD"), std::string::npos) << fused->describe();
+  EXPECT_NE(fused->clone()->describe().find("optimizer=opfuse::optim::SGD"), std::string::npos) << "a clone keeps it";
+  const Probe probe = fused->clone()->probe(torch::kDouble, o.seed, 0);
+  ASSERT_EQ(probe.updates.size(), 4u) << "every parameter's two steps";
+  EXPECT_GT(probe.updates[0].second.abs().max().item<double>(), 0);
+  const Verdict v = verify(*model, *fused, o.seed);
+  EXPECT_TRUE(v.passed) << rejection(v);
+  EXPECT_LT(v.float64_error, 1e-12);
+  fused->step();  // trains
+}
+
 TEST(TorchScript, AWrongRewriteFailsVerification) {
   TuneOptions o = tiny();
   o.inputs = {{{3, 3, 12, 12}}};
