@@ -32,7 +32,8 @@ class AdamW : public torch::optim::AdamW {
 // torch::optim::SGD with its step made one opfuse::sgd_ call per parameter group and dtype (and
 // apart for the buffers made this step, which torch clones from the step's direction): the same
 // options and per-parameter state (SGDParamState's momentum_buffer), the same arithmetic (float64
-// agrees to rounding). CPU parameters with dense gradients.
+// agrees to rounding; bfloat16 computed in float). A step with a sparse gradient, a parameter off
+// the CPU or of another dtype, or a tensor listed twice in a group is torch's own.
 class SGD : public torch::optim::SGD {
  public:
   explicit SGD(std::vector<torch::optim::OptimizerParamGroup> param_groups, torch::optim::SGDOptions defaults);

@@ -3,9 +3,11 @@
 ``opfuse.optim.AdamW`` and ``opfuse.optim.SGD`` are drop-ins for torch's: the same constructor,
 the same param_groups and state (AdamW's ``step``, ``exp_avg``, ``exp_avg_sq``, with torch's
 dtypes; SGD's ``momentum_buffer``), so a state_dict saved by either loads in the other, and the
-same arithmetic (float64 agrees to rounding). Their step calls ``torch.ops.opfuse.adamw_`` or
+same arithmetic in float32 and float64 (float64 agrees to rounding; bfloat16 is computed in float
+and rounded once per stored tensor). Their step calls ``torch.ops.opfuse.adamw_`` or
 ``sgd_`` once per group (per dtype, if a group mixes them): one pass over each parameter's
-tensors where torch's per-tensor loop makes ~20 (AdamW) or 12 (SGD with momentum) accesses.
+tensors where torch's per-tensor loop makes ~20 (AdamW) or 11 (SGD with momentum and weight decay)
+accesses.
 """
 import inspect
 
@@ -102,9 +104,11 @@ class AdamW(torch.optim.Optimizer):
 
 class SGD(torch.optim.SGD):
     """torch.optim.SGD (momentum, dampening, Nesterov, weight decay, maximize) with a fused CPU
-    step: ``torch.ops.opfuse.sgd_`` once per group and dtype, its buffers made on their first step
-    in the same call (torch clones d there). Sparse gradients, other devices and dtypes keep
-    torch's own step; ``differentiable=True`` is refused."""
+    step: ``torch.ops.opfuse.sgd_`` once per group and dtype, the buffers made on their first step
+    in a call of their own (torch clones d there). Sparse gradients, other devices and dtypes, and
+    a group listing a tensor twice keep torch's own step; ``differentiable=True`` is refused.
+    bfloat16 is computed in float and rounded once per stored tensor, where torch rounds every
+    intermediate: a few bfloat16 ulps from torch's trajectory, nearer the exact one."""
 
     def __init__(self, params, lr=required, momentum=0, dampening=0, weight_decay=0, nesterov=False, *,
                  maximize=False, foreach=None, differentiable=False):
@@ -115,42 +119,48 @@ class SGD(torch.optim.SGD):
 
     @torch.no_grad()
     def step(self, closure=None):
+        # A group listing a tensor twice is stepped twice by torch's loop; one fused call would
+        # have two threads update it at once.
+        if any(len({id(p) for p in g["params"]}) != len(g["params"]) for g in self.param_groups):
+            return super().step(closure)
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            momentum = group["momentum"]
-            buckets, torchs = {}, ([], [], [])
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                buffer = state.get("momentum_buffer")
-                if p.grad.is_sparse or p.device.type != "cpu" or p.dtype not in _OPFUSE_DTYPES:
-                    for items, t in zip(torchs, (p, p.grad, buffer)):
-                        items.append(t)
-                    continue
-                fresh = momentum != 0 and buffer is None
-                if fresh:  # written whole by the op
-                    buffer = torch.empty_like(p, memory_format=torch.preserve_format)
-                state["momentum_buffer"] = buffer  # None without momentum, as torch keeps it
-                lists = buckets.setdefault((p.dtype, fresh), ([], [], []))
-                for items, t in zip(lists, (p, p.grad, buffer)):
-                    items.append(t)
-            for (_, fresh), (params, grads, buffers) in buckets.items():
-                torch.ops.opfuse.sgd_(params, grads, buffers if momentum != 0 else [], group["lr"], momentum,
-                                      group["dampening"], group["weight_decay"], group["nesterov"],
-                                      group["maximize"], fresh)
-            if torchs[0]:
-                params, grads, buffers = torchs
-                torch_sgd.sgd(params, grads, buffers, has_sparse_grad=any(g.is_sparse for g in grads),
-                                    foreach=False, weight_decay=group["weight_decay"], momentum=momentum,
-                                    lr=group["lr"], dampening=group["dampening"], nesterov=group["nesterov"],
-                                    maximize=group["maximize"])
-                for p, buffer in zip(params, buffers):
-                    self.state[p]["momentum_buffer"] = buffer
+            self._step_group(group)
         return loss
+
+    def _step_group(self, group):
+        momentum = group["momentum"]
+        buckets, torchs = {}, ([], [], [])
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            buffer = self.state[p].get("momentum_buffer")
+            if p.grad.layout != torch.strided or p.device.type != "cpu" or p.dtype not in _OPFUSE_DTYPES:
+                for items, t in zip(torchs, (p, p.grad, buffer)):
+                    items.append(t)
+                continue
+            fresh = momentum != 0 and buffer is None
+            if fresh:  # written whole by the op, kept once it has run
+                buffer = torch.empty_like(p, memory_format=torch.preserve_format)
+            lists = buckets.setdefault((p.dtype, fresh), ([], [], []))
+            for items, t in zip(lists, (p, p.grad, buffer)):
+                items.append(t)
+        for (_, fresh), (params, grads, buffers) in buckets.items():
+            torch.ops.opfuse.sgd_(params, grads, buffers if momentum != 0 else [], group["lr"], momentum,
+                                  group["dampening"], group["weight_decay"], group["nesterov"], group["maximize"],
+                                  fresh)
+            for p, buffer in zip(params, buffers):
+                self.state[p]["momentum_buffer"] = buffer  # None without momentum, as torch keeps it
+        if torchs[0]:
+            params, grads, buffers = torchs
+            torch_sgd.sgd(params, grads, buffers, has_sparse_grad=any(g.is_sparse for g in grads), foreach=False,
+                          weight_decay=group["weight_decay"], momentum=momentum, lr=group["lr"],
+                          dampening=group["dampening"], nesterov=group["nesterov"], maximize=group["maximize"])
+            for p, buffer in zip(params, buffers):
+                self.state[p]["momentum_buffer"] = buffer
 
 
 # torch's optimizer -> the name of opfuse's (looked up when used, as the rewrite looks it up), and

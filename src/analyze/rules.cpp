@@ -78,7 +78,6 @@ Rule parse_opfuse_rule(const std::string& name, const YAML::Node& n) {
                                scalar(name, g["replacement"], "a torchscript replacement"),
                                g["inline"] && g["inline"].as<bool>()});
   }
-  if (n["optimizer"]) r.optimizer = scalar(name, n["optimizer"], "an opfuse optimizer class");
   if (const YAML::Node py = n["python"]) {
     if (!py.IsMap()) fail(name, py, "python must be a map with module, fx and/or optimizer");
     if (py["module"]) r.python.module = scalar(name, py["module"], "a python module class");
@@ -96,6 +95,7 @@ Rule parse_opfuse_rule(const std::string& name, const YAML::Node& n) {
       }
     }
   }
+  if (n["optimizer"]) r.optimizer = scalar(name, n["optimizer"], "an opfuse optimizer class");  // over python's
   return r;
 }
 

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "opfuse/ops.h"
@@ -91,7 +92,30 @@ SGD::SGD(std::vector<at::Tensor> params, torch::optim::SGDOptions defaults)
     : SGD(std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup(std::move(params))},
           defaults) {}
 
+namespace {
+
+// Whether every parameter with a gradient can be stepped by opfuse::sgd_: a dense CPU gradient of
+// a dtype it takes, and no tensor listed twice in a group (torch's loop steps it twice; one fused
+// call would have two threads update it at once).
+bool fusable(const std::vector<torch::optim::OptimizerParamGroup>& groups) {
+  for (const auto& group : groups) {
+    std::set<const void*> seen;
+    for (const at::Tensor& p : group.params()) {
+      if (!seen.insert(p.unsafeGetTensorImpl()).second) return false;
+      const at::Tensor& g = p.grad();
+      if (!g.defined()) continue;
+      const at::ScalarType t = p.scalar_type();
+      if (!p.device().is_cpu() || g.layout() != at::kStrided || (t != at::kFloat && t != at::kDouble && t != at::kBFloat16))
+        return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 at::Tensor SGD::step(LossClosure closure) {
+  if (!fusable(param_groups_)) return torch::optim::SGD::step(closure);
   torch::NoGradGuard no_grad;
   at::Tensor loss;
   if (closure) {
@@ -108,23 +132,27 @@ at::Tensor SGD::step(LossClosure closure) {
       at::Tensor buffer;
       bool fresh = false;
       if (o.momentum() != 0) {
-        auto& slot = state_[c10::guts::to_string(p.unsafeGetTensorImpl())];
-        fresh = !slot;
-        if (fresh) {  // written whole by the op
-          auto made = std::make_unique<SGDParamState>();
-          made->momentum_buffer(at::empty_like(p, at::MemoryFormat::Preserve));
-          slot = std::move(made);
-        }
-        buffer = static_cast<SGDParamState&>(*slot).momentum_buffer();
+        const auto kept = state_.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+        fresh = kept == state_.end();
+        buffer = fresh ? at::empty_like(p, at::MemoryFormat::Preserve)  // written whole by the op
+                       : static_cast<SGDParamState&>(*kept->second).momentum_buffer();
       }
       auto& [params, grads, buffers] = calls[{p.scalar_type(), fresh}];
       params.push_back(p);
       grads.push_back(p.grad());
       if (buffer.defined()) buffers.push_back(buffer);
     }
-    for (auto& [key, tensors] : calls)
-      opfuse::sgd_(tensors[0], tensors[1], tensors[2], o.lr(), o.momentum(), o.dampening(), o.weight_decay(),
-                   o.nesterov(), false, key.second);
+    for (auto& [key, tensors] : calls) {
+      auto& [params, grads, buffers] = tensors;
+      opfuse::sgd_(params, grads, buffers, o.lr(), o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), false,
+                   key.second);
+      if (!key.second) continue;
+      for (size_t i = 0; i < params.size(); ++i) {  // kept once the op has run
+        auto made = std::make_unique<SGDParamState>();
+        made->momentum_buffer(buffers[i]);
+        state_[c10::guts::to_string(params[i].unsafeGetTensorImpl())] = std::move(made);
+      }
+    }
   }
   return loss;
 }

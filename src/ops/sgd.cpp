@@ -39,20 +39,12 @@ void check_lists(at::TensorList params, at::TensorList grads, at::TensorList buf
   }
 }
 
-// torch.optim.SGD's own checks, and a negative momentum or dampening, which it lets pass.
-void check_hyperparameters(double lr, double momentum, double dampening, double weight_decay, bool nesterov) {
-  TORCH_CHECK(lr >= 0, kOp, ": lr must not be negative, got ", lr);
-  TORCH_CHECK(momentum >= 0, kOp, ": momentum must not be negative, got ", momentum);
-  TORCH_CHECK(dampening >= 0, kOp, ": dampening must not be negative, got ", dampening);
-  TORCH_CHECK(weight_decay >= 0, kOp, ": weight_decay must not be negative, got ", weight_decay);
-  TORCH_CHECK(!nesterov || (momentum > 0 && dampening == 0), kOp,
-              ": nesterov needs a momentum and zero dampening, got momentum ", momentum, " and dampening ", dampening);
-}
-
 void sgd_cpu(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers, double lr, double momentum,
              double dampening, double weight_decay, bool nesterov, bool maximize, bool fresh_buffers) {
+  // The hyperparameters are taken as torch's functional sgd takes them, unchecked (a group may
+  // set a negative lr, or keep nesterov with its momentum at 0: plain SGD); the optimizers'
+  // constructors check their defaults as torch's do.
   check_lists(params, grads, momentum_buffers, momentum);
-  check_hyperparameters(lr, momentum, dampening, weight_decay, nesterov);
   std::vector<at::Tensor> p, g, b;
   DenseOperands o;
   for (size_t i = 0; i < params.size(); ++i) {

@@ -118,6 +118,24 @@ TEST(OptimSgd, TracksTorchSgdOverTenSteps) {
   EXPECT_TRUE(c.state().empty());
 }
 
+TEST(OptimSgd, ATensorListedTwiceIsSteppedAsTorchStepsIt) {
+  const at::Tensor start = torch::randn({7}, torch::kDouble), grad = torch::randn({7}, torch::kDouble);
+  std::vector<at::Tensor> after;
+  for (bool ours : {true, false}) {
+    at::Tensor p = start.clone().requires_grad_();
+    const torch::optim::SGDOptions options = torch::optim::SGDOptions(0.1).momentum(0.9);
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    if (ours) optimizer = std::make_unique<opfuse::optim::SGD>(std::vector<at::Tensor>{p, p}, options);
+    else optimizer = std::make_unique<torch::optim::SGD>(std::vector<at::Tensor>{p, p}, options);
+    for (int step = 0; step < 3; ++step) {
+      p.mutable_grad() = grad.clone();
+      optimizer->step();
+    }
+    after.push_back(p.detach());
+  }
+  EXPECT_LE((after[0] - after[1]).abs().max().item<double>(), 1e-15);
+}
+
 TEST(OptimSgd, AnArchiveOfEitherContinuesInTheOther) {
   check_resume<opfuse::optim::SGD, torch::optim::SGD>(sgd_groups_of, torch::optim::SGDOptions(1e-2));
   check_resume<torch::optim::SGD, opfuse::optim::SGD>(sgd_groups_of, torch::optim::SGDOptions(1e-2));

@@ -188,6 +188,31 @@ def test_an_sgd_checkpoint_of_either_continues_in_the_other(first, then):
     assert max_difference(model, reference) <= 1e-12
 
 
+def test_sgd_steps_a_tensor_listed_twice_and_bfloat16_as_torch_does():
+    w, v = torch.randn(5, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    for make in (opfuse.optim.SGD, torch.optim.SGD):
+        p = torch.nn.Parameter(w.clone())
+        with pytest.warns(UserWarning, match="duplicate parameters"):
+            optimizer = make([p, p], lr=0.1, momentum=0.9)
+        for _ in range(3):
+            p.grad = v.clone()
+            optimizer.step()
+        if make is opfuse.optim.SGD:
+            ours = p.detach().clone()
+    assert torch.allclose(ours, p.detach(), rtol=0, atol=1e-15)
+    # bfloat16 computed in float: within a few of its ulps of torch's, which rounds every step
+    a, b = (torch.nn.Parameter(torch.randn(1000).bfloat16()) for _ in range(2))
+    b.data.copy_(a.data)
+    steps = [(opfuse.optim.SGD([a], lr=0.1, momentum=0.9, weight_decay=1e-2), a),
+             (torch.optim.SGD([b], lr=0.1, momentum=0.9, weight_decay=1e-2), b)]
+    for k in range(5):
+        g = torch.randn(1000, generator=torch.Generator().manual_seed(k)).bfloat16()
+        for optimizer, p in steps:
+            p.grad = g.clone()
+            optimizer.step()
+    assert (a.float() - b.float()).abs().max() <= 4 * 2 ** -8 * b.float().abs().max()
+
+
 def test_sgd_steps_sparse_gradients_as_torch_does_and_a_profiled_step_is_one_fused_op():
     torch.manual_seed(0)
     emb, theirs = torch.nn.Embedding(10, 3, sparse=True), torch.nn.Embedding(10, 3, sparse=True)

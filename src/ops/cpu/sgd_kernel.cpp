@@ -1,7 +1,7 @@
 // SGD (momentum, dampening, Nesterov, weight decay), one step for a whole parameter group in one
 // pass: each element's p, g and momentum buffer are read once and p and the buffer written once
-// (5 accesses where torch's per-tensor loop makes 12). The group is cut into pieces (pieces.h)
-// that threads share out.
+// (5 accesses where torch's per-tensor loop makes 11 with momentum and weight decay). The group
+// is cut into pieces (pieces.h) that threads share out.
 //
 // Compiled with -ffp-contract=off (src/ops/CMakeLists.txt), as adamw_kernel.cpp is: no path fuses
 // a multiply into an add, so scalar, AVX2 and AVX-512 give identical bits.

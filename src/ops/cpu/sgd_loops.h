@@ -3,15 +3,15 @@
 
 #include "ops/cpu/partial_vectors.h"
 
-// In torch.optim.SGD's order (foreach=False), with the coefficients cast to the accumulation
-// type as ATen casts a Scalar:
+// In torch.optim.SGD's order (foreach=False), the coefficients in the accumulation type:
 //   d ← g + weight_decay·p                        (g negated if maximize)
 //   b ← b·momentum + (1 − dampening)·d            (b ← d on the buffer's first step)
 //   d ← d + momentum·b if nesterov, else b
 //   p ← p + (−lr)·d
 // Each product and sum rounded once; torch's vectorised add fuses the product into the sum
 // (one rounding fewer, ≤ 1 ulp apart). bfloat16 is computed in float and rounded once per stored
-// tensor. b is null without momentum.
+// tensor, where torch 1.13 rounds the coefficients and every intermediate to bfloat16: more
+// accurate, and a few bfloat16 ulps from torch's trajectory. b is null without momentum.
 template <typename V, typename T>
 void sgd_run(const SgdCoefficients& c, T* p, const T* g, T* b, int64_t n) {
   using F = typename V::F;
