@@ -51,6 +51,17 @@ inline std::string error_message(const std::function<void()>& f) {
   return {};
 }
 
+// That f throws a c10::Error whose message (without its backtrace) holds `fragment`.
+inline void expect_error(const std::function<void()>& f, const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
+  } catch (const c10::Error& e) {
+    const std::string message = e.what_without_backtrace();
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  }
+}
+
 // Runs the test body on each CPU path this machine has.
 inline std::vector<cpu::Capability> capabilities() {
   std::vector<cpu::Capability> caps;

@@ -234,15 +234,6 @@ TEST(BatchNormSilu, WithoutAffineParameters) {
   expect_near_ref(x.grad(), xd.grad(), bound_for(torch::kDouble), "no weight, no bias: dx");
 }
 
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
-
 TEST(BatchNormSilu, BadShapesAndDtypesAreClearErrors) {
   const at::Tensor x = torch::randn({2, 3, 4, 4}), c3 = torch::randn({3}), v3 = torch::rand({3}) + 1;
   auto call = [](const at::Tensor& xv, const at::Tensor& w, const at::Tensor& rm, bool training) {

@@ -140,15 +140,6 @@ TEST(DropConnectAdd, EmptyBatch) {
   EXPECT_EQ(x.grad().sizes(), x.sizes());
 }
 
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
-
 TEST(DropConnectAdd, BadArgumentsAreClearErrors) {
   const at::Tensor x = torch::randn({2, 3, 4, 4});
   expect_error([&] { opfuse::drop_connect_add(x, torch::randn({2, 3, 4, 5}), 0.2, true); }, "same shape");

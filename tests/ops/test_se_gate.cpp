@@ -163,15 +163,6 @@ TEST(SeGate, EmptyBatch) {
   EXPECT_TRUE(torch::equal(gate2.grad(), torch::zeros_like(gate2))) << "no pixels, no gradient";
 }
 
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
-
 TEST(SeGate, BadShapesAndDtypesAreClearErrors) {
   const at::Tensor x = torch::randn({2, 3, 4, 4});
   expect_error([&] { opfuse::se_gate(x, torch::randn({2, 3, 2, 1})); }, "gate must have shape [2, 3, 1, 1]");

@@ -160,16 +160,6 @@ TEST(Sgd, EveryPathAndThreadCountGivesTheSameBits) {
   }
 }
 
-void expect_error(const std::function<void()>& call, const std::string& message) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected: " << message;
-  } catch (const c10::Error& e) {
-    const std::string first_line = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
-    EXPECT_NE(first_line.find(message), std::string::npos) << first_line;
-  }
-}
-
 TEST(Sgd, BadArgumentsNameTheOpAndTheEntry) {
   torch::NoGradGuard no_grad;
   const Group group = random_group({{4, 3}, {5}}, torch::kFloat, true);
