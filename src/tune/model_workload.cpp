@@ -157,10 +157,14 @@ Batches make_batches(const TuneOptions& o, rewrite::Model& model) {
 ModelWorkload::ModelWorkload(std::unique_ptr<rewrite::Model> model, std::shared_ptr<const Batches> batches, double lr,
                              bool fused_sgd)
     : model_(std::move(model)), batches_(std::move(batches)), lr_(lr), fused_sgd_(fused_sgd) {
+  optimizer_ = make_optimizer();
+  model_->set_training(true);
+}
+
+std::unique_ptr<torch::optim::Optimizer> ModelWorkload::make_optimizer() const {
   std::vector<at::Tensor> params;
   for (auto& [name, p] : model_->named_parameters()) params.push_back(p);
-  optimizer_ = make_optimizer(params);
-  model_->set_training(true);
+  return make_optimizer(params);
 }
 
 std::unique_ptr<torch::optim::Optimizer> ModelWorkload::make_optimizer(const std::vector<at::Tensor>& params) const {
@@ -262,9 +266,7 @@ std::vector<Rewrite> ModelWorkload::rewrites_for(const analyze::Rule& rule) cons
                      auto* m = dynamic_cast<ModelWorkload*>(&w);
                      if (m == nullptr || m->fused_sgd_) return 0;
                      m->fused_sgd_ = true;
-                     std::vector<at::Tensor> params;
-                     for (auto& [name, p] : m->model_->named_parameters()) params.push_back(p);
-                     m->optimizer_ = m->make_optimizer(params);
+                     m->optimizer_ = m->make_optimizer();
                      return 1;
                    }});
   for (rewrite::Rewrite& rw : rewrite::rewrites_for(rule)) {

@@ -59,7 +59,9 @@ class ModelWorkload : public Workload {
  private:
   std::unique_ptr<rewrite::Model> model_;
   std::shared_ptr<const Batches> batches_;
+  // SGD over the model's parameters: torch's, or opfuse's once fused_sgd_ is set.
   std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params) const;
+  std::unique_ptr<torch::optim::Optimizer> make_optimizer() const;
   // What two steps of a fresh optimizer do to each parameter from gradients drawn from `seed`:
   // it steps this workload's parameters (probe's callers run it on a clone).
   std::vector<std::pair<std::string, at::Tensor>> updates(uint64_t seed) const;

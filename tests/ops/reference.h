@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <functional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "ops/cpu/capability.h"
 
@@ -50,6 +52,15 @@ inline std::string error_message(const std::function<void()>& f) {
   }
   return {};
 }
+
+// The unit roundoff of the arithmetic a dtype's kernels run in (bfloat16 in float), and of its
+// storage (bfloat16's 2^-8; 0 where arithmetic and storage agree).
+inline double unit_roundoff(at::ScalarType t) { return t == torch::kDouble ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24); }
+inline double storage_roundoff(at::ScalarType t) { return t == torch::kBFloat16 ? std::ldexp(1.0, -8) : 0; }
+
+// A fused optimizer's parameter group in miniature: matrices, a norm's vector, one tensor of
+// several pieces, sizes not a multiple of any vector width, and an empty one.
+inline const std::vector<std::vector<int64_t>> kParameterShapes{{37, 5}, {40000}, {3}, {64, 48}, {0}, {16, 1}};
 
 // That f throws a c10::Error whose message (without its backtrace) holds `fragment`.
 inline void expect_error(const std::function<void()>& f, const std::string& fragment) {

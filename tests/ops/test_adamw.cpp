@@ -29,8 +29,6 @@ struct Group {
   std::vector<at::Tensor> p, g, m, v, steps;
 };
 
-double unit_roundoff(at::ScalarType t) { return t == torch::kDouble ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24); }
-double storage_roundoff(at::ScalarType t) { return t == torch::kBFloat16 ? std::ldexp(1.0, -8) : 0; }
 
 // A group partway through training: moments of plausible size, t + i steps taken by tensor i
 // (counts differ across a group when a parameter missed a step).
@@ -96,10 +94,6 @@ void check_steps(Group& group, const Hyper& h, int steps, const std::string& wha
   }
 }
 
-// A Llama-like group in miniature: matrices, a norm's vector, one tensor of several pieces, sizes
-// not a multiple of any vector width, and an empty one.
-const std::vector<std::vector<int64_t>> kShapes{{37, 5}, {40000}, {3}, {64, 48}, {0}, {16, 1}};
-
 class AdamWTest : public PathAndDtypeTest {};
 
 TEST_P(AdamWTest, MatchesFloat64ReferenceOnFreshRandomData) {
@@ -107,7 +101,7 @@ TEST_P(AdamWTest, MatchesFloat64ReferenceOnFreshRandomData) {
   CapabilityScope scope(cap);
   SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
   for (double taken : {0.0, 1000.0}) {
-    Group group = random_group(kShapes, dtype, taken);
+    Group group = random_group(kParameterShapes, dtype, taken);
     check_steps(group, Hyper{}, 4, c10::str("after ", taken, " steps"));
   }
 }

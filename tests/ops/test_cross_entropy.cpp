@@ -33,11 +33,9 @@ namespace {
 
 constexpr int64_t kNone = 0, kMean = 1, kSum = 2;
 
-double unit_roundoff(at::ScalarType t) { return t == torch::kDouble ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24); }
 double exp_bound(at::ScalarType t, int64_t classes) {
   return t == torch::kDouble ? double(classes + 8) * std::ldexp(1.0, -53) : std::ldexp(1.0, -22);
 }
-double storage_rounding(at::ScalarType t) { return t == torch::kBFloat16 ? std::ldexp(1.0, -8) : 0; }
 
 // Random targets with about a quarter of the rows ignored.
 at::Tensor targets(at::IntArrayRef rows, int64_t classes, int64_t ignore_index) {
@@ -136,7 +134,7 @@ void check_cross_entropy(const at::Tensor& logits_in, const at::Tensor& target, 
 
   const double valid = valid_rows(t, k.ignore_index), c = scale_of(k.reduction, valid);
   const CrossEntropyBounds b = cross_entropy_bounds(xd.detach(), t, k, c, dtype);
-  const double s = storage_rounding(dtype);
+  const double s = storage_roundoff(dtype);
   const at::Tensor dy_rows = k.reduction == kNone ? dyd.abs().unsqueeze(-1) : dyd.abs();
   const at::Tensor dx_ref = xd.grad();
   expect_close(loss.reshape(ld.sizes()), ld.detach(), loss_bound(b.loss_rows, k, xd.detach(), t, valid, ld, dtype),
@@ -317,7 +315,7 @@ void check_linear(const at::Tensor& h_in, const at::Tensor& w_in, const at::Tens
   ld.backward(dy.to(torch::kDouble));
 
   const double valid = valid_rows(t, k.ignore_index), c = scale_of(k.reduction, valid);
-  const double u = unit_roundoff(dtype), s = storage_rounding(dtype);
+  const double u = unit_roundoff(dtype), s = storage_roundoff(dtype);
   const int64_t rows = t.numel();
   const at::Tensor z = zd.detach(), hv = hd.detach(), wv = wd.detach();
   // the logits' rounding, ours and the reference's (each a K-term sum: γ_K = K·u)

@@ -28,8 +28,6 @@ struct Group {
   std::vector<at::Tensor> p, g, b;  // b empty without momentum
 };
 
-double unit_roundoff(at::ScalarType t) { return t == torch::kDouble ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24); }
-double storage_roundoff(at::ScalarType t) { return t == torch::kBFloat16 ? std::ldexp(1.0, -8) : 0; }
 
 Group random_group(const std::vector<std::vector<int64_t>>& shapes, at::ScalarType dtype, bool momentum) {
   Group group;
@@ -86,10 +84,6 @@ void check_steps(Group& group, const Hyper& h, int steps, bool fresh_first, cons
   }
 }
 
-// Matrices, a norm's vector, one tensor of several pieces, sizes not a multiple of any vector
-// width, and an empty one.
-const std::vector<std::vector<int64_t>> kShapes{{37, 5}, {40000}, {3}, {64, 48}, {0}, {16, 1}};
-
 class SgdTest : public PathAndDtypeTest {};
 
 TEST_P(SgdTest, MatchesFloat64ReferenceOnFreshRandomData) {
@@ -97,7 +91,7 @@ TEST_P(SgdTest, MatchesFloat64ReferenceOnFreshRandomData) {
   CapabilityScope scope(cap);
   SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
   for (bool fresh : {true, false}) {
-    Group group = random_group(kShapes, dtype, true);
+    Group group = random_group(kParameterShapes, dtype, true);
     check_steps(group, Hyper{}, 3, fresh, c10::str("fresh buffers ", fresh));
   }
 }

@@ -64,8 +64,7 @@ OpCase adamw_case(const OpArgs& a) {
   }
   OpCase c;
   c.leaves = group->p;
-  c.shape = fmt::format("{} tensors, {} parameters{}", group->p.size(), total,
-                        a.shapes == llama_parameter_shapes() ? " (stories15M)" : "");
+  c.shape = parameter_set_name(a.shapes);
   c.variants = {{"reference", "torch.optim.AdamW(foreach=False): per tensor mul_, add_, addcmul_, sqrt, div, addcdiv_",
                  {}, [group] { per_tensor_step(*group); }},
                 {"aten", "torch.optim.AdamW(foreach=True): _foreach_mul_, _add_, _addcmul_, _sqrt, _div_, _addcdiv_",
@@ -77,13 +76,11 @@ OpCase adamw_case(const OpArgs& a) {
   return c;
 }
 
-InputShapes bench_shapes(const BenchSize& s) {
-  if (s.numel != 0) throw std::invalid_argument("adamw steps stories15M's parameter set, not --numel elements");
-  return llama_parameter_shapes();
-}
-
 }  // namespace
 
-OpSpec adamw_spec() { return {"adamw", bench_shapes, adamw_case, {{{5, 3}, {7}, {17, 2}}}}; }
+OpSpec adamw_spec() {
+  return {"adamw", [](const BenchSize& s) { return optimizer_bench_shapes(s, "adamw"); }, adamw_case,
+          {{{5, 3}, {7}, {17, 2}}}};
+}
 
 }  // namespace opfuse::specs

@@ -70,4 +70,23 @@ inline InputShapes llama_parameter_shapes() {
   return shapes;
 }
 
+// bench-op's shapes for an optimizer's spec: stories15M's parameters, whatever the size asked.
+inline InputShapes optimizer_bench_shapes(const BenchSize& s, const char* op) {
+  if (s.numel != 0)
+    throw std::invalid_argument(fmt::format("{} steps stories15M's parameter set, not --numel elements", op));
+  return llama_parameter_shapes();
+}
+
+// "56 tensors, 15191712 parameters (stories15M)": an optimizer case's shape for reports.
+inline std::string parameter_set_name(const InputShapes& shapes) {
+  int64_t total = 0;
+  for (const auto& shape : shapes) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    total += n;
+  }
+  return fmt::format("{} tensors, {} parameters{}", shapes.size(), total,
+                     shapes == llama_parameter_shapes() ? " (stories15M)" : "");
+}
+
 }  // namespace opfuse::specs

@@ -45,8 +45,7 @@ OpCase sgd_case(const OpArgs& a) {
   }
   OpCase c;
   c.leaves = group->p;
-  c.shape = fmt::format("{} tensors, {} parameters{}", group->p.size(), total,
-                        a.shapes == llama_parameter_shapes() ? " (stories15M)" : "");
+  c.shape = parameter_set_name(a.shapes);
   c.variants = {{"reference", "torch.optim.SGD(foreach=False): per tensor add, mul_, add_, add_", {},
                  [group] { per_tensor_step(*group); }},
                 {"aten", "torch.optim.SGD(foreach=True): _foreach_add, _mul_, _add_, _add_", {},
@@ -58,13 +57,11 @@ OpCase sgd_case(const OpArgs& a) {
   return c;
 }
 
-InputShapes bench_shapes(const BenchSize& s) {
-  if (s.numel != 0) throw std::invalid_argument("sgd steps stories15M's parameter set, not --numel elements");
-  return llama_parameter_shapes();
-}
-
 }  // namespace
 
-OpSpec sgd_spec() { return {"sgd", bench_shapes, sgd_case, {{{5, 3}, {7}, {17, 2}}}}; }
+OpSpec sgd_spec() {
+  return {"sgd", [](const BenchSize& s) { return optimizer_bench_shapes(s, "sgd"); }, sgd_case,
+          {{{5, 3}, {7}, {17, 2}}}};
+}
 
 }  // namespace opfuse::specs
