@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <unordered_set>
 
 namespace opfuse::rewrite {
 
@@ -92,9 +93,13 @@ at::Tensor TorchScriptModel::forward(const std::vector<at::Tensor>& inputs) {
   return out.toTensor();
 }
 
+// A tensor held under two names (an LM head tied to its embedding) is listed once, under its
+// first name, as Python's named_parameters() does: listed twice, an optimizer steps it twice.
 std::vector<std::pair<std::string, at::Tensor>> TorchScriptModel::named_parameters() {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) out.emplace_back(p.name, p.value);
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const auto& p : module.named_parameters(/*recurse=*/true))
+    if (seen.insert(p.value.unsafeGetTensorImpl()).second) out.emplace_back(p.name, p.value);
   return out;
 }
 

@@ -177,6 +177,42 @@ TEST(TorchScript, FusedSgdTakesTheOptimizersPlaceAndVerifiesOnItsUpdates) {
   fused->step();  // trains
 }
 
+// An LM head tied to its embedding: one tensor under two names. It is one parameter, it stays
+// one in a clone, and a step moves it by one SGD step (momentum's first step: lr * (g + wd * w)),
+// not two.
+TEST(TorchScript, ATiedWeightIsOneParameterAndStepsOnce) {
+  TuneOptions o = tiny();
+  o.inputs = {{{4, 6}}};
+  o.loss = "mse";
+  o.model = "tied.pt";
+  SCOPED_TRACE("seed " + std::to_string(o.seed));
+  torch::manual_seed(o.seed);
+  const testing::TempDir dir;
+  torch::jit::Module m("Tied");
+  const at::Tensor w = torch::randn({6, 6}) * 0.3;
+  m.register_parameter("embed", w, false);
+  m.register_parameter("head", w, false);
+  m.define(R"(
+def forward(self, x):
+    return torch.matmul(torch.tanh(torch.matmul(x, self.embed)), self.head)
+)");
+  m.save(dir.str() + "/tied.pt");
+  auto model = workload(rewrite::load_torchscript(dir.str() + "/tied.pt"), o);
+  auto trained = std::static_pointer_cast<ModelWorkload>(model->clone());
+  const auto params = trained->model().named_parameters();
+  ASSERT_EQ(params.size(), 1u) << "one tensor, one parameter";
+  EXPECT_EQ(params[0].first, "embed");
+  const at::Tensor before = params[0].second.detach().clone();
+  trained->step();
+  const at::Tensor& p = params[0].second;
+  ASSERT_TRUE(p.grad().defined());
+  const at::Tensor expected = before - o.lr * (p.grad() + 1e-5 * before);
+  EXPECT_TRUE(torch::allclose(p.detach(), expected, 1e-5, 1e-7))
+      << "moved by " << (p.detach() - before).abs().max().item<double>() << ", one step is "
+      << (expected - before).abs().max().item<double>();
+  EXPECT_EQ(model->clone()->probe(torch::kDouble, o.seed, 0).updates.size(), 1u);
+}
+
 TEST(TorchScript, AWrongRewriteFailsVerification) {
   TuneOptions o = tiny();
   o.inputs = {{{3, 3, 12, 12}}};
