@@ -11,6 +11,7 @@ Two kinds, both on data flow rather than on class names:
 """
 import ast
 import builtins
+import contextlib
 import copy
 import functools
 import inspect
@@ -198,6 +199,19 @@ TENSOR_FACTORIES = ("arange", "as_tensor", "empty", "eye", "full", "linspace", "
                     "randn", "randperm", "tensor", "zeros")
 
 
+@contextlib.contextmanager
+def _factories_as(wrap, names=TENSOR_FACTORIES):
+    """torch's functions of these names replaced by wrap(fn) meanwhile."""
+    originals = {name: getattr(torch, name) for name in names}
+    for name, fn in originals.items():
+        setattr(torch, name, wrap(fn))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(torch, name, fn)
+
+
 class ValueTracer(LeafTracer):
     """Traces a module with its recorded call's values beside the proxies: each node is also run,
     on a copy of the module (so running it changes nothing; the random state is restored after),
@@ -215,14 +229,8 @@ class ValueTracer(LeafTracer):
         return ValueProxy(node, self)
 
     def trace(self, root, concrete_args=None):
-        originals = {name: getattr(torch, name) for name in TENSOR_FACTORIES}
-        for name, fn in originals.items():
-            setattr(torch, name, self._factory(fn))
-        try:
+        with _factories_as(self._factory):
             return super().trace(root, concrete_args)
-        finally:
-            for name, fn in originals.items():
-                setattr(torch, name, fn)
 
     def _factory(self, fn):
         """fn as a graph node even when every argument is known (the shape and dtype answered):
@@ -764,7 +772,16 @@ def op_name(node):
 
 
 class _PatternTracer(fx.Tracer):
-    pass
+    """A pattern's factory call (NeoX's torch.zeros(n, T, S, dtype=…, device=…) scores) is a node
+    whose arguments are placeholders, as the forward's own factory calls are (ValueTracer); so is a
+    call whose number argument is one (its baddbmm's alpha=s), which torch would refuse as a Proxy."""
+
+    def trace(self, root, concrete_args=None):
+        def node_of(fn):
+            return functools.wraps(fn)(lambda *args, **kwargs: self.create_proxy("call_function", fn, args, kwargs))
+
+        with _factories_as(node_of, TENSOR_FACTORIES + ("baddbmm",)):
+            return super().trace(root, concrete_args)
 
 
 def _kind_call(kind):
@@ -820,7 +837,7 @@ class FxPattern:
     # A placeholder binds a value node, or a constant the forward computed while it was traced:
     # a number or shape (llama2.c's `/ math.sqrt(self.head_dim)`, its `reshape(xq.shape[:-1] +
     # (-1, 2))`), a flag (`training=self.training`), a dtype (`.to(query_states.dtype)`), a
-    # string (`reduction="sum"`) or None (`weight=None`).
+    # device (`device=key.device`), a string (`reduction="sum"`) or None (`weight=None`).
     def _match(self, p, t, env, ctx):
         if p.op == "placeholder" and _is_constant(t):
             if p not in env:
@@ -918,7 +935,7 @@ class FxPattern:
 def _is_constant(value):
     if isinstance(value, (list, tuple)):
         return all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-    return value is None or isinstance(value, (int, float, bool, str, torch.dtype))
+    return value is None or isinstance(value, (int, float, bool, str, torch.dtype, torch.device))
 
 
 class _LeafCalls:

@@ -1,7 +1,8 @@
 """Records forward + backward of small modules spelled as real model code spells them (Hugging Face
 Llama's RMSNorm and rotate_half, llama2.c's RMSNorm and real-arithmetic RoPE, Meta's complex RoPE,
 GPT-J's rotate_every_two, RMSNorm as mean(x*x), pow(-0.5) and x / sqrt(…), minGPT's NewGELU and
-attention with dropout, Hugging Face's eager attention and GPT-2's torch.where one, SwiGLU three ways)
+attention with dropout, Hugging Face's eager attention, GPT-2's torch.where one and GPT-NeoX's baddbmm one,
+SwiGLU three ways)
 with torch's profiler, one Chrome trace per module: the fixtures under
 tests/data/traces/real_spellings/ (gzipped). Debian's torch 1.13 has no Kineto, so these are the
 legacy profiler's traces: whole µs, no shapes.
@@ -144,6 +145,17 @@ class GPTJAttn(GPT2Attn):  # transformers' GPTJAttention._attn (4.36): q, k upca
         w = nn.functional.softmax(w, dim=-1).to(v.dtype)
         return torch.matmul(s.attn_dropout(w), v)
 
+class NeoXAttn(GPT2Attn):  # transformers' GPTNeoXAttention._attn (4.36): baddbmm on zeros, viewed back
+    def forward(s, q, k, v):
+        b, h, t, d = q.size()
+        causal = s.bias[:, :, k.size(-2) - t: k.size(-2), :k.size(-2)]
+        q, k = q.view(b * h, t, d), k.view(b * h, k.size(-2), d)
+        w = torch.zeros(b * h, t, k.size(-2), dtype=q.dtype, device=k.device)
+        w = torch.baddbmm(w, q, k.transpose(1, 2), beta=1.0, alpha=d ** -0.5).view(b, h, t, k.size(-2))
+        fill = torch.tensor(torch.finfo(w.dtype).min, dtype=w.dtype).to(w.device)
+        w = nn.functional.softmax(torch.where(causal, w, fill), dim=-1).to(v.dtype)
+        return torch.matmul(s.attn_dropout(w), v)
+
 def x(*shape): return torch.randn(*shape, dtype=dt, requires_grad=True)
 
 freqs = torch.outer(torch.arange(T).float(), 1.0 / (10000.0 ** (torch.arange(0, D, 2).float() / D)))
@@ -167,6 +179,7 @@ cases = {
                                                    torch.full((T, T), torch.finfo(dt).min, dtype=dt).triu(1))),
     "gpt2_attention": (GPT2Attn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D))),
     "gptj_attention": (GPTJAttn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D))),
+    "neox_attention": (NeoXAttn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D))),
 }
 out = sys.argv[2] if len(sys.argv) > 2 else "."
 for name, (mod, make) in cases.items():

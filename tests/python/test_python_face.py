@@ -463,6 +463,60 @@ def test_gpt_neo_gpt_j_and_phi_attention_upcast_to_float32_is_replaced_and_verif
     assert got.dtype == torch.bfloat16 and torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-2)
 
 
+class _GptNeoXAttention(gpt2.GPT2Attention):
+    """GPT-NeoX's _attn (transformers 4.36, Pythia): q and k viewed as [B·H, T, D], the scores
+    from baddbmm on a zeros tensor with alpha = head_dim ** -0.5, viewed back, GPT-2's where."""
+
+    def _split_heads(self, tensor, num_heads, attn_head_size):
+        return super()._split_heads(tensor, num_heads, attn_head_size).contiguous()  # as NeoX's rotary cat leaves q, k
+
+    def _attn(self, query, key, value, attention_mask=None, head_mask=None):
+        batch_size, num_attention_heads, query_length, attn_head_size = query.size()
+        key_length = key.size(-2)
+        causal_mask = self.bias[:, :, key_length - query_length: key_length, :key_length]
+        query = query.view(batch_size * num_attention_heads, query_length, attn_head_size)
+        key = key.view(batch_size * num_attention_heads, key_length, attn_head_size)
+        attn_scores = torch.zeros(batch_size * num_attention_heads, query_length, key_length, dtype=query.dtype,
+                                  device=key.device)
+        attn_scores = torch.baddbmm(attn_scores, query, key.transpose(1, 2), beta=1.0, alpha=attn_head_size ** -0.5)
+        attn_scores = attn_scores.view(batch_size, num_attention_heads, query_length, key_length)
+        mask_value = torch.tensor(torch.finfo(attn_scores.dtype).min, dtype=attn_scores.dtype).to(attn_scores.device)
+        attn_scores = torch.where(causal_mask, attn_scores, mask_value)
+        if attention_mask is not None:
+            attn_scores = attn_scores + attention_mask
+        attn_weights = nn.functional.softmax(attn_scores, dim=-1)
+        attn_weights = attn_weights.to(value.dtype)
+        if head_mask is not None:
+            attn_weights = attn_weights * head_mask
+        attn_weights = self.attn_dropout(attn_weights)
+        return torch.matmul(attn_weights, value), attn_weights
+
+
+def test_gpt_neox_baddbmm_attention_is_replaced_and_verified():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = _GptNeoXAttention(32, 4, 16, 0.1)
+
+        def forward(self, x, attention_mask=None):
+            return self.attn(x, attention_mask=attention_mask)[0]
+
+    x = torch.randn(2, 8, 32)
+    mask = torch.zeros(2, 1, 1, 8)
+    mask[0, ..., 5:] = torch.finfo(torch.float32).min
+    for args in ((x,), (x, mask)):
+        model = Block()
+        reference = copy.deepcopy(model)
+        # verified in float32 and float64, forward and gradients
+        assert dict(opfuse.patch(model, args, lambda y: y.pow(2).sum())).get("attention") == 1, args[1:]
+        code = str(model.attn.forward.graphs[True])
+        assert "baddbmm" not in code and "zeros" not in code, code  # the [B·H, T, S] scores are never made
+        model.eval(), reference.eval()
+        got, ran = _opfuse_ops_run(model, *args)
+        assert "opfuse::attention" in ran
+        assert torch.allclose(got, reference(*args), rtol=1e-5, atol=1e-6)
+
+
 def test_a_loss_on_logits_cast_to_float_is_verified_in_float64():
     """Hugging Face's ForCausalLMLoss takes logits.float(): a downcast in the float64 probe, which
     now keeps float64 there, so the fused cross-entropy is checked in float64 rather than rejected."""
