@@ -23,6 +23,10 @@ using OptTensor = c10::optional<at::Tensor>;
 
 // [B·H, T, D] is one head per batch entry.
 at::Tensor as_heads(const at::Tensor& t) { return t.dim() == 3 ? t.unsqueeze(1) : t; }
+// With such q, a mask [B·H, T, S] (or [B·H, 1, S]) is one per entry too.
+OptTensor mask_as_heads(const OptTensor& mask, const at::Tensor& q) {
+  return q.dim() == 3 && mask && mask->defined() && mask->dim() == 3 ? OptTensor(mask->unsqueeze(1)) : mask;
+}
 
 void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const char* op) {
   check_input(q, op, "q");
@@ -113,7 +117,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_forward_cpu(const at::T
   constexpr const char* op = "opfuse::attention";
   check_qkv(q_in, k_in, v_in, op);
   const at::Tensor q = as_heads(q_in), k = as_heads(k_in), v = as_heads(v_in);
-  const at::Tensor m = kernel_mask(mask, q, k.size(2), causal, op);
+  const at::Tensor m = kernel_mask(mask_as_heads(mask, q_in), q, k.size(2), causal, op);
   cpu::AttentionOptions options = options_of(q, causal, scale, dropout_p, op);
   if (dropout_p > 0) options.seed = draw_seed(generator);
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
@@ -134,10 +138,10 @@ at::Tensor attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return std::get<0>(attention_forward_cpu(q, k, v, causal, scale, mask, dropout_p, generator));
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
     const at::Tensor& grad, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
     const at::Tensor& out_in, const at::Tensor& stats_in, const at::Tensor& seed, bool causal,
-    c10::optional<double> scale, const OptTensor& mask, double dropout_p) {
+    c10::optional<double> scale, const OptTensor& mask, double dropout_p, bool mask_grad) {
   constexpr const char* op = "opfuse::attention_backward";
   check_qkv(q_in, k_in, v_in, op);
   check_input(grad, op, "grad");
@@ -156,14 +160,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
               op, ": stats must be the [B, H, T, 2] ", at::toOpMathType(q.scalar_type()),
               " (each row's score max and sum) that _forward returned, got ", stats_in.sizes(), " ",
               stats_in.scalar_type());
-  const at::Tensor m = kernel_mask(mask, q, k.size(2), causal, op);
+  const at::Tensor m = kernel_mask(mask_as_heads(mask, q_in), q, k.size(2), causal, op);
   cpu::AttentionOptions options = options_of(q, causal, scale, dropout_p, op);
   options.seed = seed_of(seed, op);
   at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
-             dv = at::empty(v.sizes(), v.options());
-  cpu::attention_backward_kernel(dout, q, k, v, out, stats, m, options, dq, dk, dv);
+             dv = at::empty(v.sizes(), v.options()), dscores;
+  if (mask_grad)  // zeros: the tiles a causal run skips hold none
+    dscores = at::zeros({q.size(0), q.size(1), q.size(2), k.size(2)}, stats.options());
+  cpu::attention_backward_kernel(dout, q, k, v, out, stats, m, options, dq, dk, dv, dscores);
   if (q_in.dim() == 3) dq = dq.squeeze(1), dk = dk.squeeze(1), dv = dv.squeeze(1);
-  return {dq, dk, dv};
+  if (q_in.dim() == 3 && mask_grad) dscores = dscores.squeeze(1);
+  return {dq, dk, dv, dscores};
 }
 
 using torch::autograd::AutogradContext;
@@ -182,21 +189,21 @@ auto forward_op() {
   return op;
 }
 auto backward_op() {
-  static auto op = find_op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+  static auto op = find_op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
       const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-      const at::Tensor&, bool, c10::optional<double>, const OptTensor&, double)>("opfuse::attention_backward");
+      const at::Tensor&, bool, c10::optional<double>, const OptTensor&, double, bool)>("opfuse::attention_backward");
   return op;
 }
 
 // Saves q, k, v, the output, each row's score max and sum and the dropout seed: O(T·D) per head. The
-// probabilities are recomputed tile by tile in the backward.
+// probabilities are recomputed tile by tile in the backward. An additive mask that requires grad
+// (T5's trained position bias) gets the scores' gradient, summed over the dimensions it was
+// broadcast along: a [B, H, T, S] tensor in the backward, as the composite's softmax backward makes.
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             bool causal, c10::optional<double> scale, const OptTensor& mask, double dropout_p,
                             c10::optional<at::Generator> generator) {
-    TORCH_CHECK(!mask || !mask->defined() || !mask->requires_grad(),
-                "opfuse::attention: attn_mask gets no gradient; detach it or compute its gradient with the composite");
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, stats, seed] = forward_op().call(q, k, v, causal, scale, mask, dropout_p, generator);
     ctx->save_for_backward({q, k, v, out, stats, seed});
@@ -213,10 +220,13 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     const auto& d = ctx->saved_data;
     const c10::optional<double> scale = d.at("scale").isNone() ? c10::nullopt : c10::optional<double>(d.at("scale").toDouble());
     const OptTensor mask = d.at("mask").isNone() ? c10::nullopt : OptTensor(d.at("mask").toTensor());
-    auto [dq, dk, dv] = backward_op().call(grads[0], s[0], s[1], s[2], s[3], s[4], s[5], d.at("causal").toBool(), scale,
-                                           mask, d.at("dropout_p").toDouble());
+    const bool mask_grad = mask && ctx->needs_input_grad(3);  // edges: q, k, v, the mask
+    auto [dq, dk, dv, dscores] = backward_op().call(grads[0], s[0], s[1], s[2], s[3], s[4], s[5],
+                                                    d.at("causal").toBool(), scale, mask, d.at("dropout_p").toDouble(),
+                                                    mask_grad);
     variable_list result = none;
     result[0] = dq, result[1] = dk, result[2] = dv;
+    if (mask_grad) result[5] = dscores.sum_to_size(mask->sizes()).to(mask->scalar_type());
     return result;
   }
 };

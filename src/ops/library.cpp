@@ -79,13 +79,16 @@ TORCH_LIBRARY(opfuse, m) {
   // softmax(scale · q kᵀ + mask) · v over q [B, H, T, D], k, v [B, H, S, *], tiled (no [T, S]
   // matrix stored); scale defaults to 1/sqrt(D); attn_mask is bool (true takes part) or
   // additive, broadcast to [B, H, T, S]. _forward also returns each row's score max and sum
-  // and the dropout seed that _backward takes.
+  // and the dropout seed that _backward takes; _backward's fourth result, with mask_grad, is the
+  // scores' gradient [B, H, T, S] (the additive mask's before its broadcast is summed), in the
+  // accumulation dtype.
   m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, Tensor? attn_mask=None, "
         "float dropout_p=0.0, Generator? generator=None) -> Tensor");
   m.def("attention_forward(Tensor q, Tensor k, Tensor v, bool causal, float? scale, Tensor? attn_mask, "
         "float dropout_p, Generator? generator) -> (Tensor, Tensor, Tensor)");
   m.def("attention_backward(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out, Tensor stats, Tensor seed, "
-        "bool causal, float? scale, Tensor? attn_mask, float dropout_p) -> (Tensor, Tensor, Tensor)");
+        "bool causal, float? scale, Tensor? attn_mask, float dropout_p, bool mask_grad=False) "
+        "-> (Tensor, Tensor, Tensor, Tensor)");
 }
 
 namespace opfuse {

@@ -7,6 +7,8 @@
 //   float32   ≤ 2e-5 · terms   (scores are D-term float dot products; exp ≤ 2 ulp)
 //   float64   ≤ 1e-12 · terms
 //   bfloat16  ≤ 1e-2 · terms   (bfloat16 inputs, float arithmetic, each output rounded once)
+// An additive mask that requires grad (T5's position bias) gets the scores' gradient ds summed over
+// the dimensions it broadcasts along, bounded as ds's terms summed alike.
 // Dropout is checked by reproducibility under a seed, by the kept fraction against its binomial
 // spread, and by recovering the drawn mask (v = I) and checking the gradients against the
 // composite with that mask.
@@ -32,12 +34,13 @@ struct Case {
   bool causal = false;
   c10::optional<at::Tensor> mask{};
   c10::optional<double> scale{};
+  bool mask_grad = false;  // the additive mask requires grad
 };
 
 // The float64 composite: its output and its gradients for the output gradient dout; keep (when
 // given) multiplies the probabilities, as dropout's mask scaled by 1/(1 − p) does.
 struct Reference {
-  at::Tensor out, dq, dk, dv, out_terms, dq_terms, dk_terms, dv_terms;
+  at::Tensor out, dq, dk, dv, dmask, out_terms, dq_terms, dk_terms, dv_terms, dmask_terms;
 };
 
 Reference reference(const Case& c, const at::Tensor& dout, const at::Tensor& keep = {}) {
@@ -46,10 +49,8 @@ Reference reference(const Case& c, const at::Tensor& dout, const at::Tensor& kee
   const double scale = c.scale ? *c.scale : 1 / std::sqrt(double(c.q.size(-1)));
   at::Tensor s = torch::matmul(q, k.transpose(-2, -1)) * scale;
   const int64_t T = s.size(-2), S = s.size(-1);
-  if (c.mask) {
-    const at::Tensor& m = *c.mask;
-    s = m.scalar_type() == torch::kBool ? s.masked_fill(m.logical_not(), -INFINITY) : s + d(m);
-  }
+  at::Tensor mask = c.mask ? d(*c.mask).requires_grad_(c.mask_grad) : at::Tensor();
+  if (c.mask) s = c.mask->scalar_type() == torch::kBool ? s.masked_fill(c.mask->logical_not(), -INFINITY) : s + mask;
   if (c.causal) s = s.masked_fill(torch::ones({T, S}, torch::kBool).triu(1), -INFINITY);
   const at::Tensor p = torch::softmax(s, -1);
   const at::Tensor pd = keep.defined() ? p * d(keep) : p;
@@ -65,6 +66,7 @@ Reference reference(const Case& c, const at::Tensor& dout, const at::Tensor& kee
   const at::Tensor delta_terms = (ag * r.out_terms).sum(-1, true);
   const at::Tensor zeta = keep.defined() ? d(keep).abs() : torch::ones_like(P0);
   const at::Tensor ds_terms = P0 * (torch::matmul(ag, av.transpose(-2, -1)) * zeta + delta_terms);
+  if (c.mask_grad) r.dmask = mask.grad(), r.dmask_terms = ds_terms.sum_to_size(mask.sizes()) + r.dmask.abs();
   r.dq_terms = scale * torch::matmul(ds_terms, k.detach().abs()) + r.dq.abs();
   r.dk_terms = scale * torch::matmul(ds_terms.transpose(-2, -1), q.detach().abs()) + r.dk.abs();
   r.out_terms = r.out_terms + r.out.detach().abs();
@@ -73,16 +75,18 @@ Reference reference(const Case& c, const at::Tensor& dout, const at::Tensor& kee
 }
 
 struct Result {
-  at::Tensor out, dq, dk, dv;
+  at::Tensor out, dq, dk, dv, dmask;
 };
 
 // seed (when given) seeds torch's generator just before the call, so dropout draws its mask from it.
 Result run(const Case& c, const at::Tensor& dout, double dropout_p = 0, c10::optional<uint64_t> seed = {}) {
   if (seed) torch::manual_seed(*seed);
   at::Tensor q = c.q.detach().requires_grad_(), k = c.k.detach().requires_grad_(), v = c.v.detach().requires_grad_();
-  at::Tensor out = opfuse::attention(q, k, v, c.causal, c.scale, c.mask, dropout_p);
+  c10::optional<at::Tensor> mask = c.mask;
+  if (c.mask_grad) mask = c.mask->detach().requires_grad_();
+  at::Tensor out = opfuse::attention(q, k, v, c.causal, c.scale, mask, dropout_p);
   out.backward(dout);
-  return {out.detach(), q.grad(), k.grad(), v.grad()};
+  return {out.detach(), q.grad(), k.grad(), v.grad(), c.mask_grad ? mask->grad() : at::Tensor()};
 }
 
 void check(const Case& c, const std::string& what, const at::Tensor& keep = {}, double dropout_p = 0,
@@ -99,6 +103,11 @@ void check(const Case& c, const std::string& what, const at::Tensor& keep = {}, 
   expect_close(got.dq, ref.dq, rtol * ref.dq_terms, what + " dq");
   expect_close(got.dk, ref.dk, rtol * ref.dk_terms, what + " dk");
   expect_close(got.dv, ref.dv, rtol * ref.dv_terms, what + " dv");
+  if (c.mask_grad) {
+    ASSERT_TRUE(got.dmask.defined()) << what << ": the mask got no gradient";
+    EXPECT_EQ(got.dmask.scalar_type(), c.mask->scalar_type());
+    expect_close(got.dmask, ref.dmask, rtol * ref.dmask_terms, what + " dmask");
+  }
 }
 
 Case random_case(std::vector<int64_t> q_shape, int64_t S, int64_t Dv, at::ScalarType dtype) {
@@ -149,6 +158,24 @@ TEST_P(AttentionTest, BooleanAndAdditiveMasks) {
   Case a = random_case({2, 3, T, 32}, S, 32, dtype);
   a.mask = torch::randn({2, 1, T, S}) * 2;
   check(a, "additive mask [B, 1, T, S]");
+}
+
+// T5 adds a trained position bias [1, H, T, S] (plus the padding mask [B, 1, 1, S]) to unscaled
+// scores: the bias gets ds summed over the batch. Also a mask per sample and one [T, S] for all.
+TEST_P(AttentionTest, AnAdditiveMaskThatRequiresGradGetsTheScoresGradient) {
+  const auto [cap, dtype] = GetParam();
+  CapabilityScope scope(cap);
+  SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
+  const int64_t B = 2, H = 3, T = 70, S = 90;
+  for (bool causal : {false, true})
+    for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{1, H, T, S}, {B, H, T, S}, {T, S}}) {
+      Case c = random_case({B, H, T, 32}, S, 32, dtype);
+      c.causal = causal, c.scale = 1.0, c.mask = (torch::randn(shape) * 2).to(dtype), c.mask_grad = true;
+      check(c, c10::str("mask ", at::IntArrayRef(shape), " causal=", causal));
+    }
+  Case heads = random_case({6, 33, 16}, 33, 16, dtype);
+  heads.mask = torch::randn({6, 33, 33}).to(dtype), heads.mask_grad = true;
+  check(heads, "[B·H, T, D] and a mask [B·H, T, S]");
 }
 
 // Padding masks add a large finite value (−1e9, finfo.min) rather than −inf, and a padded query
@@ -241,6 +268,9 @@ TEST_P(AttentionTest, DropoutIsReproducibleAndMatchesItsMask) {
 
   const at::Tensor keep = kept.to(torch::kDouble) / (1 - p);
   check(c, "dropout with its recovered mask", keep, p, seed);
+  // The mask is drawn by place, whatever is added to the scores: T5's trained bias under dropout.
+  c.mask = (torch::randn({1, H, T, S}) * 2).to(dtype), c.mask_grad = true;
+  check(c, "dropout and a mask that requires grad", keep, p, seed);
 }
 
 TEST_P(AttentionTest, SameBitsForAnyThreadCount) {
@@ -281,9 +311,6 @@ TEST(Attention, ClearErrors) {
                 .find("does not broadcast"),
             std::string::npos);
   EXPECT_NE(message([&] { opfuse::attention(q, k, v, false, c10::nullopt, c10::nullopt, 1.5); }).find("dropout_p"),
-            std::string::npos);
-  const at::Tensor mask = torch::zeros({8, 9}).requires_grad_();
-  EXPECT_NE(message([&] { opfuse::attention(q, k, v, false, c10::nullopt, mask); }).find("no gradient"),
             std::string::npos);
   // The backward has no derivative of its own.
   at::Tensor qr = q.clone().requires_grad_();

@@ -186,7 +186,7 @@ void forward_block(const Head<typename V::A>& h, const Problem& p, int64_t bh, i
 // the head's row stats (m, l); dq, dk, dv are written as T with leading dimensions D, D, Dv.
 template <typename V, typename T>
 void backward_head(const Head<typename V::A>& h, const Grad<typename V::A>& g, const Problem& p, int64_t bh,
-                   Scratch<typename V::A>& w, T* dq, T* dk, T* dv) {
+                   Scratch<typename V::A>& w, T* dq, T* dk, T* dv, typename V::A* dscores) {
   using A = typename V::A;
   for (int64_t i = 0; i < p.T; ++i) w.delta[i] = dot_row<V>(g.dout + i * g.ld_dout, g.out + i * g.ld_out, p.Dv);
   std::fill_n(w.dq, p.T * p.D, A(0));
@@ -215,6 +215,8 @@ void backward_head(const Head<typename V::A>& h, const Grad<typename V::A>& g, c
       gemm<A>(false, true, rows, n, p.Dv, A(1), dout, g.ld_dout, h.v + j0 * h.ldv, h.ldv, A(0), dp, p.tile);
       for (int64_t r = 0; r < rows; ++r)
         softmax_grad_row<V>(s + r * p.tile, dp + r * p.tile, p.dropout ? &w.z[r * p.tile] : nullptr, w.delta[i0 + r], n);
+      if (dscores)  // the additive mask's gradient is the scores' (T5's trained position bias)
+        for (int64_t r = 0; r < rows; ++r) std::copy_n(s + r * p.tile, n, dscores + (i0 + r) * p.S + j0);
       gemm<A>(false, false, rows, p.D, n, scale, s, p.tile, h.k + j0 * h.ldk, h.ldk, A(1), &w.dq[i0 * p.D], p.D);
       gemm<A>(true, false, n, p.D, rows, scale, s, p.tile, h.q + i0 * h.ldq, h.ldq, A(1), w.dk, p.D);
     }
