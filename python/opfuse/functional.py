@@ -298,8 +298,8 @@ def attention_chain(q, kt, v, scale, zero_masked, additive, dropout, in_float=Fa
     if (in_float and q.dtype == torch.float64) or not (filled is None or filled <= ABSORBING):
         return _attention_as_written(q, kt, v, scale, zero_masked, additive, p, in_float, fill)
     T, S = q.shape[-2], k.shape[-2]
-    if zero_masked is None:
-        causal = additive is not None and _is_causal(additive, T, S, additive=True)
+    if zero_masked is None:  # a mask that requires grad (T5's position bias) keeps its place, for its gradient
+        causal = additive is not None and not additive.requires_grad and _is_causal(additive, T, S, additive=True)
         return attention(q, k, v, causal, float(scale), None if causal else additive, p)
     causal, keep = _is_causal(zero_masked, T, S, additive=False), zero_masked != 0
     if filled is None or filled == float("-inf"):  # a masked place weighs 0 whatever is added

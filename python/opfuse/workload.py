@@ -61,6 +61,28 @@ class _KeepsFloat64(TorchFunctionMode):
         return out
 
 
+class _PassesDropout(TorchFunctionMode):
+    """torch as every probe runs it: nothing dropped. Dropout modules are set to eval, but
+    F.dropout(p=…, training=self.training) (Hugging Face's eager attention, T5's) cannot be switched
+    off from outside, nor can the mask opfuse.attention draws for the p it was given: both pass
+    through here, so the two models agree on the mathematics alone."""
+
+    DROPOUTS = {getattr(F, name) for name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                                              "feature_alpha_dropout") if hasattr(F, name)} | {torch.dropout}
+    ATTENTION_P = 6  # torch.ops.opfuse.attention's dropout_p
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.DROPOUTS:
+            return args[0] if args else kwargs["input"]
+        if func is torch.ops.opfuse.attention or func is torch.ops.opfuse.attention.default:
+            if len(args) > self.ATTENTION_P:
+                args = args[:self.ATTENTION_P] + (0.0,) + args[self.ATTENTION_P + 1:]
+            if "dropout_p" in kwargs:
+                kwargs = dict(kwargs, dropout_p=0.0)
+        return func(*args, **kwargs)
+
+
 def make(native):
     """The Workload class over this process's opfuse._C."""
 
@@ -142,8 +164,9 @@ def make(native):
         def probe(self, dtype, seed, nudge):
             model = _cast(self.model, dtype)
             model.train()
-            # Dropout modules pass through: a fused op draws its own mask (attention's is never
-            # stored), so two models agree on the mathematics only with nothing dropped.
+            # Dropout modules pass through (and F.dropout, _PassesDropout): a fused op draws its own
+            # mask (attention's is never stored), so two models agree on the mathematics only with
+            # nothing dropped.
             for m in model.modules():
                 if isinstance(m, torch.nn.modules.dropout._DropoutNd):
                     m.eval()
@@ -161,7 +184,7 @@ def make(native):
             for p in model.parameters():
                 p.grad = None
             torch.manual_seed(seed)
-            with _KeepsFloat64() if keep_float64 else contextlib.nullcontext():
+            with _PassesDropout(), _KeepsFloat64() if keep_float64 else contextlib.nullcontext():
                 out = model(*inputs)
                 self.loss_fn(out).backward()
             return out

@@ -380,6 +380,26 @@ def test_gpt2_attention_written_as_hugging_face_writes_it_is_replaced_and_verifi
     assert torch.allclose(xs[0].grad, xs[1].grad, rtol=1e-4, atol=1e-5)
 
 
+def _unpadded_and_padded(padded_from):
+    """Calls (x,) and (x, mask) on x [2, 8, 32], sample 0 padded from key `padded_from` on (finfo.min)."""
+    x, mask = torch.randn(2, 8, 32), torch.zeros(2, 1, 1, 8)
+    mask[0, ..., padded_from:] = torch.finfo(torch.float32).min
+    return (x,), (x, mask)
+
+
+def _fused_attention_agrees(make, args):
+    """A make() patched on args (verified in float32 and float64, forward and gradients) whose fused
+    attention runs in eval and computes what an unpatched copy does: (model, copy, output)."""
+    model = make()
+    reference = copy.deepcopy(model)
+    assert dict(opfuse.patch(model, args, lambda y: y.pow(2).sum())).get("attention") == 1, args[1:]
+    model.eval(), reference.eval()
+    got, ran = _opfuse_ops_run(model, *args)
+    assert "opfuse::attention" in ran
+    assert torch.allclose(got, reference(*args), rtol=1e-5, atol=1e-6)
+    return model, reference, got
+
+
 class _GptNeoAttention(gpt2.GPT2Attention):
     """GPT-Neo's _attn (transformers 4.36): q and k in float32, no scale, torch.tensor fill."""
 
@@ -449,14 +469,8 @@ def test_gpt_neo_gpt_j_and_phi_attention_upcast_to_float32_is_replaced_and_verif
     else:
         calls = ((x,), (x, mask))
     for args in calls:
-        model = Block()
-        reference = copy.deepcopy(model)
         # verified in float64 too: the float64 probe keeps the q and k that `.to(torch.float32)` asks
-        assert dict(opfuse.patch(model, args, lambda y: y.pow(2).sum())).get("attention") == 1, args[1:]
-        model.eval(), reference.eval()
-        got, ran = _opfuse_ops_run(model, *args)
-        assert "opfuse::attention" in ran
-        assert torch.allclose(got, reference(*args), rtol=1e-5, atol=1e-6)
+        model, reference, _ = _fused_attention_agrees(Block, args)
     # bfloat16 weights: q and k upcast, v not; the chain runs in float32 and returns bfloat16
     model.bfloat16(), reference.bfloat16()
     got, want = model(x.bfloat16(), args[1]), reference(x.bfloat16(), args[1])
@@ -501,20 +515,57 @@ def test_gpt_neox_baddbmm_attention_is_replaced_and_verified():
         def forward(self, x, attention_mask=None):
             return self.attn(x, attention_mask=attention_mask)[0]
 
-    x = torch.randn(2, 8, 32)
-    mask = torch.zeros(2, 1, 1, 8)
-    mask[0, ..., 5:] = torch.finfo(torch.float32).min
-    for args in ((x,), (x, mask)):
-        model = Block()
-        reference = copy.deepcopy(model)
-        # verified in float32 and float64, forward and gradients
-        assert dict(opfuse.patch(model, args, lambda y: y.pow(2).sum())).get("attention") == 1, args[1:]
+    for args in _unpadded_and_padded(5):
+        model, _, _ = _fused_attention_agrees(Block, args)
         code = str(model.attn.forward.graphs[True])
         assert "baddbmm" not in code and "zeros" not in code, code  # the [B·H, T, S] scores are never made
-        model.eval(), reference.eval()
-        got, ran = _opfuse_ops_run(model, *args)
-        assert "opfuse::attention" in ran
-        assert torch.allclose(got, reference(*args), rtol=1e-5, atol=1e-6)
+
+
+class _T5Attention(nn.Module):
+    """T5's self-attention (transformers 4.36): no scaling, a trained relative position bias
+    [1, H, T, S] from an embedding of bucketed distances, the padding mask added to it, `scores +=`,
+    softmax on `.float()` and `.type_as(scores)`, F.dropout."""
+
+    def __init__(self, d_model=32, n_heads=4, num_buckets=8, dropout=0.1):
+        super().__init__()
+        self.n_heads, self.d_kv, self.num_buckets, self.dropout = n_heads, d_model // n_heads, num_buckets, dropout
+        self.q, self.k, self.v = (nn.Linear(d_model, d_model, bias=False) for _ in range(3))
+        self.o = nn.Linear(d_model, d_model, bias=False)
+        self.relative_attention_bias = nn.Embedding(num_buckets, n_heads)
+
+    def compute_bias(self, query_length, key_length):
+        context = torch.arange(query_length, dtype=torch.long)[:, None]
+        memory = torch.arange(key_length, dtype=torch.long)[None, :]
+        half = self.num_buckets // 2  # bidirectional: one half of the buckets per direction
+        distance = (memory - context).abs().clamp(max=half - 1)
+        buckets = distance + (memory > context).to(torch.long) * half
+        return self.relative_attention_bias(buckets).permute([2, 0, 1]).unsqueeze(0)
+
+    def forward(self, hidden_states, mask=None):
+        batch_size, seq_length = hidden_states.shape[:2]
+
+        def shape(states):
+            return states.view(batch_size, -1, self.n_heads, self.d_kv).transpose(1, 2)
+
+        query_states, key_states, value_states = (shape(f(hidden_states)) for f in (self.q, self.k, self.v))
+        scores = torch.matmul(query_states, key_states.transpose(3, 2))
+        position_bias = self.compute_bias(seq_length, seq_length)
+        if mask is not None:
+            position_bias = position_bias + mask
+        scores += position_bias
+        attn_weights = nn.functional.softmax(scores.float(), dim=-1).type_as(scores)
+        attn_weights = nn.functional.dropout(attn_weights, p=self.dropout, training=self.training)
+        attn_output = torch.matmul(attn_weights, value_states)
+        return self.o(attn_output.transpose(1, 2).contiguous().view(batch_size, -1, self.n_heads * self.d_kv))
+
+
+def test_t5_attention_with_its_trained_position_bias_is_replaced_and_its_gradient_kept():
+    for args in _unpadded_and_padded(6):
+        # the bias embedding's gradient verified among the others (F.dropout passing through)
+        model, reference, got = _fused_attention_agrees(_T5Attention, args)
+        got.pow(2).sum().backward(), reference(*args).pow(2).sum().backward()
+        bias, expected = model.relative_attention_bias.weight.grad, reference.relative_attention_bias.weight.grad
+        assert bias.abs().max() > 0 and torch.allclose(bias, expected, rtol=1e-4, atol=1e-5)
 
 
 def test_a_loss_on_logits_cast_to_float_is_verified_in_float64():
