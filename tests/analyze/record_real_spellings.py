@@ -1,7 +1,7 @@
 """Records forward + backward of small modules spelled as real model code spells them (Hugging Face
 Llama's RMSNorm and rotate_half, llama2.c's RMSNorm and real-arithmetic RoPE, Meta's complex RoPE,
 GPT-J's rotate_every_two, RMSNorm as mean(x*x), pow(-0.5) and x / sqrt(…), minGPT's NewGELU and
-attention with dropout, Hugging Face's eager attention, GPT-2's torch.where one and GPT-NeoX's baddbmm one,
+attention with dropout, Hugging Face's eager attention, GPT-2's torch.where one, GPT-NeoX's baddbmm one and T5's,
 SwiGLU three ways)
 with torch's profiler, one Chrome trace per module: the fixtures under
 tests/data/traces/real_spellings/ (gzipped). Debian's torch 1.13 has no Kineto, so these are the
@@ -156,6 +156,14 @@ class NeoXAttn(GPT2Attn):  # transformers' GPTNeoXAttention._attn (4.36): baddbm
         w = nn.functional.softmax(torch.where(causal, w, fill), dim=-1).to(v.dtype)
         return torch.matmul(s.attn_dropout(w), v)
 
+class T5Attn(nn.Module):  # transformers' T5Attention (4.36) in a layer given the position bias (all but the first)
+    def forward(s, q, k, v, position_bias):
+        scores = torch.matmul(q, k.transpose(3, 2))
+        scores += position_bias
+        w = nn.functional.softmax(scores.float(), dim=-1).type_as(scores)
+        w = nn.functional.dropout(w, p=0.1, training=s.training)
+        return torch.matmul(w, v)
+
 def x(*shape): return torch.randn(*shape, dtype=dt, requires_grad=True)
 
 freqs = torch.outer(torch.arange(T).float(), 1.0 / (10000.0 ** (torch.arange(0, D, 2).float() / D)))
@@ -180,6 +188,7 @@ cases = {
     "gpt2_attention": (GPT2Attn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D))),
     "gptj_attention": (GPTJAttn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D))),
     "neox_attention": (NeoXAttn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D))),
+    "t5_attention": (T5Attn(), lambda: (x(B, H, T, D), x(B, H, T, D), x(B, H, T, D), x(1, H, T, T))),
 }
 out = sys.argv[2] if len(sys.argv) > 2 else "."
 for name, (mod, make) in cases.items():

@@ -548,7 +548,8 @@ TEST(Rules, RealTracesOfEachSpellingFindForwardAndBackward) {
       // float32: in bfloat16 the mask value's full and its empty and fill_ all last 0 µs at one
       // start, and the legacy trace cannot tell the children from siblings
       {"gpt2_attention.float32", "attention"},     {"gptj_attention.float32", "attention"},
-      {"neox_attention.float32", "attention"}};
+      {"neox_attention.float32", "attention"},     {"t5_attention.float32", "attention"},
+      {"t5_attention.bfloat16", "attention"}};
   for (const auto& [name, rule] : cases) {
     SCOPED_TRACE(name);
     const std::string path = OPFUSE_TEST_DATA "/traces/real_spellings/" + name + ".legacy.json.gz";
