@@ -285,6 +285,8 @@ def attention_chain(q, kt, v, scale, zero_masked, additive, dropout, in_float=Fa
     q and k in float32 beside v in the model's dtype (GPT-J's and GPT-Neo's upcast) run in the wider
     of the two and return v's dtype, as the chain's `.to(value.dtype)` does (the probabilities
     unrounded)."""
+    if additive is not None and additive.dtype == torch.bool:  # `+ m` of a bool m adds 0 or 1, as torch promotes it
+        additive = additive.to(q.dtype)
     if v.dtype != q.dtype:
         wide = torch.promote_types(q.dtype, v.dtype)
         return attention_chain(q.to(wide), kt.to(wide), v.to(wide), scale, zero_masked, additive, dropout,

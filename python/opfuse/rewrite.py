@@ -17,6 +17,7 @@ import functools
 import inspect
 import itertools
 import keyword
+import threading
 import types
 import warnings
 
@@ -199,17 +200,22 @@ TENSOR_FACTORIES = ("arange", "as_tensor", "empty", "eye", "full", "linspace", "
                     "randn", "randperm", "tensor", "zeros")
 
 
+_TORCH_SWAPPED = threading.RLock()  # held while torch's functions are swapped: one tracer at a time
+
+
 @contextlib.contextmanager
 def _factories_as(wrap, names=TENSOR_FACTORIES):
-    """torch's functions of these names replaced by wrap(fn) meanwhile."""
-    originals = {name: getattr(torch, name) for name in names}
-    for name, fn in originals.items():
-        setattr(torch, name, wrap(fn))
-    try:
-        yield
-    finally:
+    """torch's functions of these names replaced by wrap(fn) meanwhile (process-wide, so traces in
+    two threads take turns rather than save each other's wrappers as the originals)."""
+    with _TORCH_SWAPPED:
+        originals = {name: getattr(torch, name) for name in names}
         for name, fn in originals.items():
-            setattr(torch, name, fn)
+            setattr(torch, name, wrap(fn))
+        try:
+            yield
+        finally:
+            for name, fn in originals.items():
+                setattr(torch, name, fn)
 
 
 class ValueTracer(LeafTracer):

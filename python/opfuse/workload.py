@@ -64,20 +64,25 @@ class _KeepsFloat64(TorchFunctionMode):
 class _PassesDropout(TorchFunctionMode):
     """torch as every probe runs it: nothing dropped. Dropout modules are set to eval, but
     F.dropout(p=…, training=self.training) (Hugging Face's eager attention, T5's) cannot be switched
-    off from outside, nor can the mask opfuse.attention draws for the p it was given: both pass
-    through here, so the two models agree on the mathematics alone."""
+    off from outside, nor can the mask an attention op draws for the dropout_p it was given
+    (opfuse's, torch's SDPA): these pass through here, so the two models agree on the mathematics
+    alone. (Dropout inside another torch function, nn.MultiheadAttention's, still draws: the same
+    draws in both models.)"""
 
     DROPOUTS = {getattr(F, name) for name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
                                               "feature_alpha_dropout") if hasattr(F, name)} | {torch.dropout}
-    ATTENTION_P = 6  # torch.ops.opfuse.attention's dropout_p
+    # attention ops with the place of their dropout_p among the positional arguments
+    ATTENTION_P = {torch.ops.opfuse.attention: 6, torch.ops.opfuse.attention.default: 6,
+                   **({F.scaled_dot_product_attention: 4} if hasattr(F, "scaled_dot_product_attention") else {})}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in self.DROPOUTS:
             return args[0] if args else kwargs["input"]
-        if func is torch.ops.opfuse.attention or func is torch.ops.opfuse.attention.default:
-            if len(args) > self.ATTENTION_P:
-                args = args[:self.ATTENTION_P] + (0.0,) + args[self.ATTENTION_P + 1:]
+        at = self.ATTENTION_P.get(func)
+        if at is not None:
+            if len(args) > at:
+                args = args[:at] + (0.0,) + args[at + 1:]
             if "dropout_p" in kwargs:
                 kwargs = dict(kwargs, dropout_p=0.0)
         return func(*args, **kwargs)

@@ -23,9 +23,12 @@ using OptTensor = c10::optional<at::Tensor>;
 
 // [B·H, T, D] is one head per batch entry.
 at::Tensor as_heads(const at::Tensor& t) { return t.dim() == 3 ? t.unsqueeze(1) : t; }
-// With such q, a mask [B·H, T, S] (or [B·H, 1, S]) is one per entry too.
-OptTensor mask_as_heads(const OptTensor& mask, const at::Tensor& q) {
-  return q.dim() == 3 && mask && mask->defined() && mask->dim() == 3 ? OptTensor(mask->unsqueeze(1)) : mask;
+// With such q, a mask [B·H, T, S] (or [B·H, 1, S]) is one per entry too. A mask of more dimensions
+// than q would broadcast the composite's output to them: refused.
+OptTensor mask_as_heads(const OptTensor& mask, const at::Tensor& q, const char* op) {
+  if (!mask || !mask->defined()) return mask;
+  TORCH_CHECK(mask->dim() <= q.dim(), op, ": attn_mask ", mask->sizes(), " has more dimensions than q ", q.sizes());
+  return q.dim() == 3 && mask->dim() == 3 ? OptTensor(mask->unsqueeze(1)) : mask;
 }
 
 void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const char* op) {
@@ -117,7 +120,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_forward_cpu(const at::T
   constexpr const char* op = "opfuse::attention";
   check_qkv(q_in, k_in, v_in, op);
   const at::Tensor q = as_heads(q_in), k = as_heads(k_in), v = as_heads(v_in);
-  const at::Tensor m = kernel_mask(mask_as_heads(mask, q_in), q, k.size(2), causal, op);
+  const at::Tensor m = kernel_mask(mask_as_heads(mask, q_in, op), q, k.size(2), causal, op);
   cpu::AttentionOptions options = options_of(q, causal, scale, dropout_p, op);
   if (dropout_p > 0) options.seed = draw_seed(generator);
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
@@ -160,7 +163,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward_cp
               op, ": stats must be the [B, H, T, 2] ", at::toOpMathType(q.scalar_type()),
               " (each row's score max and sum) that _forward returned, got ", stats_in.sizes(), " ",
               stats_in.scalar_type());
-  const at::Tensor m = kernel_mask(mask_as_heads(mask, q_in), q, k.size(2), causal, op);
+  const at::Tensor m = kernel_mask(mask_as_heads(mask, q_in, op), q, k.size(2), causal, op);
   cpu::AttentionOptions options = options_of(q, causal, scale, dropout_p, op);
   options.seed = seed_of(seed, op);
   at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
@@ -206,10 +209,10 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
                             c10::optional<at::Generator> generator) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, stats, seed] = forward_op().call(q, k, v, causal, scale, mask, dropout_p, generator);
-    ctx->save_for_backward({q, k, v, out, stats, seed});
+    // the mask saved as a variable: a change in place before the backward is an error, not wrong gradients
+    ctx->save_for_backward({q, k, v, out, stats, seed, mask ? *mask : at::Tensor()});
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["scale"] = scale ? c10::IValue(*scale) : c10::IValue();
-    ctx->saved_data["mask"] = mask && mask->defined() ? c10::IValue(*mask) : c10::IValue();
     ctx->saved_data["dropout_p"] = dropout_p;
     return out;
   }
@@ -219,7 +222,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     const auto s = ctx->get_saved_variables();
     const auto& d = ctx->saved_data;
     const c10::optional<double> scale = d.at("scale").isNone() ? c10::nullopt : c10::optional<double>(d.at("scale").toDouble());
-    const OptTensor mask = d.at("mask").isNone() ? c10::nullopt : OptTensor(d.at("mask").toTensor());
+    const OptTensor mask = s[6].defined() ? OptTensor(s[6]) : c10::nullopt;
     const bool mask_grad = mask && ctx->needs_input_grad(3);  // edges: q, k, v, the mask
     auto [dq, dk, dv, dscores] = backward_op().call(grads[0], s[0], s[1], s[2], s[3], s[4], s[5],
                                                     d.at("causal").toBool(), scale, mask, d.at("dropout_p").toDouble(),

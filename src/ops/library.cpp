@@ -81,7 +81,7 @@ TORCH_LIBRARY(opfuse, m) {
   // additive, broadcast to [B, H, T, S]. _forward also returns each row's score max and sum
   // and the dropout seed that _backward takes; _backward's fourth result, with mask_grad, is the
   // scores' gradient [B, H, T, S] (the additive mask's before its broadcast is summed), in the
-  // accumulation dtype.
+  // accumulation dtype; without it, an undefined tensor (None in Python).
   m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, Tensor? attn_mask=None, "
         "float dropout_p=0.0, Generator? generator=None) -> Tensor");
   m.def("attention_forward(Tensor q, Tensor k, Tensor v, bool causal, float? scale, Tensor? attn_mask, "

@@ -312,6 +312,15 @@ TEST(Attention, ClearErrors) {
             std::string::npos);
   EXPECT_NE(message([&] { opfuse::attention(q, k, v, false, c10::nullopt, c10::nullopt, 1.5); }).find("dropout_p"),
             std::string::npos);
+  EXPECT_NE(message([&] { opfuse::attention(q[0], k[0], v[0], false, c10::nullopt, torch::zeros({1, 1, 8, 9})); })
+                .find("more dimensions than q"),
+            std::string::npos);
+  // A mask changed in place between forward and backward is named, as autograd names any saved input.
+  const at::Tensor bias = torch::zeros({8, 9}).requires_grad_();
+  at::Tensor biased = bias * 1;
+  const at::Tensor attended = opfuse::attention(q.clone().requires_grad_(), k, v, false, c10::nullopt, biased);
+  biased.add_(1);
+  EXPECT_NE(message([&] { attended.sum().backward(); }).find("modified by an inplace operation"), std::string::npos);
   // The backward has no derivative of its own.
   at::Tensor qr = q.clone().requires_grad_();
   const at::Tensor out = opfuse::attention(qr, k, v);

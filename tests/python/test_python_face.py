@@ -568,6 +568,18 @@ def test_t5_attention_with_its_trained_position_bias_is_replaced_and_its_gradien
         assert bias.abs().max() > 0 and torch.allclose(bias, expected, rtol=1e-4, atol=1e-5)
 
 
+def test_a_bool_mask_added_to_the_scores_is_added_as_numbers():
+    """`q @ kt + b` with a bool b adds 0 or 1 (torch promotes it); the op would read a bool mask as
+    the places that take part."""
+    q, k, v = (torch.randn(1, 2, 5, 8, dtype=torch.float64) for _ in range(3))
+    b = torch.rand(5, 5) > 0.5
+    got = opfuse.functional.attention_chain(q, k.transpose(-2, -1), v, 1.0, None, b, None)
+    want = torch.softmax(q @ k.transpose(-2, -1) + b, dim=-1) @ v
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+    got32 = opfuse.functional.attention_chain(q.float(), k.float().transpose(-2, -1), v.float(), 1.0, None, b, None)
+    assert torch.allclose(got32.double(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_a_loss_on_logits_cast_to_float_is_verified_in_float64():
     """Hugging Face's ForCausalLMLoss takes logits.float(): a downcast in the float64 probe, which
     now keeps float64 there, so the fused cross-entropy is checked in float64 rather than rejected."""
