@@ -78,7 +78,8 @@ at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at
 // Attention, softmax(scale · q kᵀ + mask) · v, as F.scaled_dot_product_attention: q [B, H, T, D]
 // (or [B·H, T, D]), k [.., S, D], v [.., S, Dv], any strides; scale defaults to 1/sqrt(D);
 // causal keeps key j for query row i only when j ≤ i; attn_mask (optional) is bool (true takes
-// part) or additive, broadcast to [B, H, T, S], and gets no gradient; dropout_p drops
+// part) or additive, broadcast to [B, H, T, S] (an additive one that requires grad, T5's trained
+// position bias, gets the scores' gradient summed over its broadcast); dropout_p drops
 // probabilities with a mask drawn from generator (default: torch's), never stored. Tiled with an
 // online softmax: extra memory O(T) per head, not O(T·S); the backward recomputes the tiles.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal = false,
