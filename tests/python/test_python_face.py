@@ -17,7 +17,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "models"))
 import efficientnet  # noqa: E402
 import gpt  # noqa: E402
 import gpt2  # noqa: E402
+import gpt_neox  # noqa: E402
 import llama  # noqa: E402
+import t5  # noqa: E402
 
 import opfuse  # noqa: E402
 
@@ -477,40 +479,11 @@ def test_gpt_neo_gpt_j_and_phi_attention_upcast_to_float32_is_replaced_and_verif
     assert got.dtype == torch.bfloat16 and torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-2)
 
 
-class _GptNeoXAttention(gpt2.GPT2Attention):
-    """GPT-NeoX's _attn (transformers 4.36, Pythia): q and k viewed as [B·H, T, D], the scores
-    from baddbmm on a zeros tensor with alpha = head_dim ** -0.5, viewed back, GPT-2's where."""
-
-    def _split_heads(self, tensor, num_heads, attn_head_size):
-        return super()._split_heads(tensor, num_heads, attn_head_size).contiguous()  # as NeoX's rotary cat leaves q, k
-
-    def _attn(self, query, key, value, attention_mask=None, head_mask=None):
-        batch_size, num_attention_heads, query_length, attn_head_size = query.size()
-        key_length = key.size(-2)
-        causal_mask = self.bias[:, :, key_length - query_length: key_length, :key_length]
-        query = query.view(batch_size * num_attention_heads, query_length, attn_head_size)
-        key = key.view(batch_size * num_attention_heads, key_length, attn_head_size)
-        attn_scores = torch.zeros(batch_size * num_attention_heads, query_length, key_length, dtype=query.dtype,
-                                  device=key.device)
-        attn_scores = torch.baddbmm(attn_scores, query, key.transpose(1, 2), beta=1.0, alpha=attn_head_size ** -0.5)
-        attn_scores = attn_scores.view(batch_size, num_attention_heads, query_length, key_length)
-        mask_value = torch.tensor(torch.finfo(attn_scores.dtype).min, dtype=attn_scores.dtype).to(attn_scores.device)
-        attn_scores = torch.where(causal_mask, attn_scores, mask_value)
-        if attention_mask is not None:
-            attn_scores = attn_scores + attention_mask
-        attn_weights = nn.functional.softmax(attn_scores, dim=-1)
-        attn_weights = attn_weights.to(value.dtype)
-        if head_mask is not None:
-            attn_weights = attn_weights * head_mask
-        attn_weights = self.attn_dropout(attn_weights)
-        return torch.matmul(attn_weights, value), attn_weights
-
-
 def test_gpt_neox_baddbmm_attention_is_replaced_and_verified():
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
-            self.attn = _GptNeoXAttention(32, 4, 16, 0.1)
+            self.attn = gpt_neox.GPTNeoXAttention(32, 4, 16, 0.1)
 
         def forward(self, x, attention_mask=None):
             return self.attn(x, attention_mask=attention_mask)[0]
@@ -521,51 +494,28 @@ def test_gpt_neox_baddbmm_attention_is_replaced_and_verified():
         assert "baddbmm" not in code and "zeros" not in code, code  # the [B·H, T, S] scores are never made
 
 
-class _T5Attention(nn.Module):
-    """T5's self-attention (transformers 4.36): no scaling, a trained relative position bias
-    [1, H, T, S] from an embedding of bucketed distances, the padding mask added to it, `scores +=`,
-    softmax on `.float()` and `.type_as(scores)`, F.dropout."""
-
-    def __init__(self, d_model=32, n_heads=4, num_buckets=8, dropout=0.1):
+class _T5Block(nn.Module):
+    def __init__(self):
         super().__init__()
-        self.n_heads, self.d_kv, self.num_buckets, self.dropout = n_heads, d_model // n_heads, num_buckets, dropout
-        self.q, self.k, self.v = (nn.Linear(d_model, d_model, bias=False) for _ in range(3))
-        self.o = nn.Linear(d_model, d_model, bias=False)
-        self.relative_attention_bias = nn.Embedding(num_buckets, n_heads)
+        self.attention = t5.T5Attention()  # dropout 0.1, through F.dropout
 
-    def compute_bias(self, query_length, key_length):
-        context = torch.arange(query_length, dtype=torch.long)[:, None]
-        memory = torch.arange(key_length, dtype=torch.long)[None, :]
-        half = self.num_buckets // 2  # bidirectional: one half of the buckets per direction
-        distance = (memory - context).abs().clamp(max=half - 1)
-        buckets = distance + (memory > context).to(torch.long) * half
-        return self.relative_attention_bias(buckets).permute([2, 0, 1]).unsqueeze(0)
-
-    def forward(self, hidden_states, mask=None):
-        batch_size, seq_length = hidden_states.shape[:2]
-
-        def shape(states):
-            return states.view(batch_size, -1, self.n_heads, self.d_kv).transpose(1, 2)
-
-        query_states, key_states, value_states = (shape(f(hidden_states)) for f in (self.q, self.k, self.v))
-        scores = torch.matmul(query_states, key_states.transpose(3, 2))
-        position_bias = self.compute_bias(seq_length, seq_length)
-        if mask is not None:
-            position_bias = position_bias + mask
-        scores += position_bias
-        attn_weights = nn.functional.softmax(scores.float(), dim=-1).type_as(scores)
-        attn_weights = nn.functional.dropout(attn_weights, p=self.dropout, training=self.training)
-        attn_output = torch.matmul(attn_weights, value_states)
-        return self.o(attn_output.transpose(1, 2).contiguous().view(batch_size, -1, self.n_heads * self.d_kv))
+    def forward(self, x, mask=None):
+        return self.attention(x, mask)[0]
 
 
 def test_t5_attention_with_its_trained_position_bias_is_replaced_and_its_gradient_kept():
     for args in _unpadded_and_padded(6):
         # the bias embedding's gradient verified among the others (F.dropout passing through)
-        model, reference, got = _fused_attention_agrees(_T5Attention, args)
+        model, reference, got = _fused_attention_agrees(_T5Block, args)
         got.pow(2).sum().backward(), reference(*args).pow(2).sum().backward()
-        bias, expected = model.relative_attention_bias.weight.grad, reference.relative_attention_bias.weight.grad
+        bias, expected = (m.attention.relative_attention_bias.weight.grad for m in (model, reference))
         assert bias.abs().max() > 0 and torch.allclose(bias, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("factory", [t5.factory, gpt_neox.factory])
+def test_the_t5_and_gpt_neox_test_models_have_every_attention_fused(factory):
+    model, inputs, loss_fn = factory(batch_size=2, seq_len=16, n_layer=2, seed=SEED)
+    assert dict(opfuse.patch(model, inputs, loss_fn)).get("attention") == 2
 
 
 def test_a_bool_mask_added_to_the_scores_is_added_as_numbers():
