@@ -194,7 +194,7 @@ template <typename T>
 void backward_impl(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                    const at::Tensor& out_in, const at::Tensor& stats, const at::Tensor& mask,
                    const AttentionOptions& options, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
-                   at::Tensor& dmask) {
+                   at::Tensor& dscores) {
   using A = at::opmath_type<T>;
   const auto a = c10::CppTypeToScalarType<A>::value;
   const at::Tensor q = rows_of(q_in, a), k = rows_of(k_in, a), v = rows_of(v_in, a);
@@ -203,7 +203,7 @@ void backward_impl(const at::Tensor& dout_in, const at::Tensor& q_in, const at::
   const std::vector<Head<A>> heads = heads_of<A>(q, k, v, mask);
   const A* sp = stats.data_ptr<A>();
   T *dqp = dq.data_ptr<T>(), *dkp = dk.data_ptr<T>(), *dvp = dv.data_ptr<T>();
-  A* dsp = dmask.defined() ? dmask.data_ptr<A>() : nullptr;
+  A* dsp = dscores.defined() ? dscores.data_ptr<A>() : nullptr;
   const int64_t H = q.size(1);
   // One task per head: its key tiles all add into the head's dq.
   std::vector<Scratch<A>> scratch = scratch_per_thread<A>(p, true);
@@ -232,9 +232,9 @@ void attention_forward_kernel(const at::Tensor& q, const at::Tensor& k, const at
 void attention_backward_kernel(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const at::Tensor& out, const at::Tensor& stats, const at::Tensor& mask,
                                const AttentionOptions& options, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
-                               at::Tensor& dmask) {
+                               at::Tensor& dscores) {
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, q.scalar_type(), "opfuse::attention_backward", [&] {
-    backward_impl<scalar_t>(dout, q, k, v, out, stats, mask, options, dq, dk, dv, dmask);
+    backward_impl<scalar_t>(dout, q, k, v, out, stats, mask, options, dq, dk, dv, dscores);
   });
 }
 

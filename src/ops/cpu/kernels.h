@@ -138,7 +138,7 @@ void sgd_kernel(at::TensorList params, at::TensorList grads, at::TensorList mome
 // strides; mask undefined or a [B, H, T, S] view (strides may be 0) of bool (true takes part)
 // or of the accumulation dtype (added to the scores). out [B, H, T, Dv] and stats [B, H, T, 2]
 // (each row's score max and Σ exp(s − max), accumulation dtype) are contiguous, as are dq, dk, dv;
-// dmask, when defined, is the scores' gradient [B, H, T, S] in the accumulation dtype, zeroed.
+// dscores, when defined, is the scores' gradient [B, H, T, S] in the accumulation dtype, zeroed.
 struct AttentionOptions {
   bool causal = false;  // key j takes part in query row i only when j ≤ i
   double scale = 1;
@@ -150,6 +150,6 @@ void attention_forward_kernel(const at::Tensor& q, const at::Tensor& k, const at
 void attention_backward_kernel(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const at::Tensor& out, const at::Tensor& stats, const at::Tensor& mask,
                                const AttentionOptions& options, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
-                               at::Tensor& dmask);
+                               at::Tensor& dscores);
 
 }  // namespace opfuse::cpu
