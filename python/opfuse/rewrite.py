@@ -204,7 +204,7 @@ _TORCH_SWAPPED = threading.RLock()  # held while torch's functions are swapped: 
 
 
 @contextlib.contextmanager
-def _factories_as(wrap, names=TENSOR_FACTORIES):
+def _torch_functions_as(wrap, names=TENSOR_FACTORIES):
     """torch's functions of these names replaced by wrap(fn) meanwhile (process-wide, so traces in
     two threads take turns rather than save each other's wrappers as the originals)."""
     with _TORCH_SWAPPED:
@@ -235,7 +235,7 @@ class ValueTracer(LeafTracer):
         return ValueProxy(node, self)
 
     def trace(self, root, concrete_args=None):
-        with _factories_as(self._factory):
+        with _torch_functions_as(self._factory):
             return super().trace(root, concrete_args)
 
     def _factory(self, fn):
@@ -786,7 +786,7 @@ class _PatternTracer(fx.Tracer):
         def node_of(fn):
             return functools.wraps(fn)(lambda *args, **kwargs: self.create_proxy("call_function", fn, args, kwargs))
 
-        with _factories_as(node_of, TENSOR_FACTORIES + ("baddbmm",)):
+        with _torch_functions_as(node_of, TENSOR_FACTORIES + ("baddbmm",)):
             return super().trace(root, concrete_args)
 
 

@@ -171,8 +171,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward_cp
   if (mask_grad)  // zeros: the tiles a causal run skips hold none
     dscores = at::zeros({q.size(0), q.size(1), q.size(2), k.size(2)}, stats.options());
   cpu::attention_backward_kernel(dout, q, k, v, out, stats, m, options, dq, dk, dv, dscores);
-  if (q_in.dim() == 3) dq = dq.squeeze(1), dk = dk.squeeze(1), dv = dv.squeeze(1);
-  if (q_in.dim() == 3 && mask_grad) dscores = dscores.squeeze(1);
+  if (q_in.dim() == 3) {
+    dq = dq.squeeze(1), dk = dk.squeeze(1), dv = dv.squeeze(1);
+    if (mask_grad) dscores = dscores.squeeze(1);
+  }
   return {dq, dk, dv, dscores};
 }
 

@@ -29,7 +29,6 @@ struct Group {
   std::vector<at::Tensor> p, g, m, v, steps;
 };
 
-
 // A group partway through training: moments of plausible size, t + i steps taken by tensor i
 // (counts differ across a group when a parameter missed a step).
 Group random_group(const std::vector<std::vector<int64_t>>& shapes, at::ScalarType dtype, double t) {

@@ -1,6 +1,7 @@
 // What the op specs share: random inputs of a dtype, leaves, and sizes from bench-op's --numel.
 #pragma once
 
+#include <c10/util/accumulate.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -80,11 +81,7 @@ inline InputShapes optimizer_bench_shapes(const BenchSize& s, const char* op) {
 // "56 tensors, 15191712 parameters (stories15M)": an optimizer case's shape for reports.
 inline std::string parameter_set_name(const InputShapes& shapes) {
   int64_t total = 0;
-  for (const auto& shape : shapes) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    total += n;
-  }
+  for (const auto& shape : shapes) total += c10::multiply_integers(shape);
   return fmt::format("{} tensors, {} parameters{}", shapes.size(), total,
                      shapes == llama_parameter_shapes() ? " (stories15M)" : "");
 }
