@@ -62,6 +62,17 @@ const std::unordered_set<std::string>& elementwise_names() {
   return names;
 }
 
+// Matrix products, forward and backward. A fused op does their arithmetic too (attention's two
+// products), or the chain keeps them (the projections of linear-silu-linear-mul), so their time
+// stays in the fused op's estimate: bounding it by the slowest op alone counted a chain's second
+// product as saved.
+const std::unordered_set<std::string>& matrix_product_names() {
+  static const std::unordered_set<std::string> names = {
+      "mm",          "bmm",         "matmul",        "addmm",         "baddbmm",        "addbmm", "linear",
+      "MmBackward0", "BmmBackward0", "AddmmBackward0", "BaddbmmBackward0", "AddbmmBackward0"};
+  return names;
+}
+
 // An op's tensor inputs (scalars and unknown entries dropped). Shapes are interned: equal
 // shapes are one object, so comparing them is comparing pointers.
 struct OpShapes {
@@ -128,6 +139,7 @@ struct Finder {
   std::vector<uint64_t> starters;            // per string id: the patterns that may start there
   std::vector<uint64_t> candidates;          // scratch: the patterns that may start in a sequence
   std::vector<char> elementwise;             // per string id: an elementwise op name
+  std::vector<char> matrix_product;          // per string id: a matrix product's name
   std::vector<uint32_t> ids;                 // scratch: a sequence's name ids
   std::vector<double> device_time;     // per event on device backends: what it launched took
   std::vector<char> claimed;
@@ -144,7 +156,11 @@ struct Finder {
       if (!done[id]) names[id] = normalise(t.strings[id]), done[id] = 1;
     }
     elementwise.assign(t.strings.size(), 0);
-    for (size_t i = 0; i < t.strings.size(); ++i) elementwise[i] = elementwise_names().count(names[i]) > 0;
+    matrix_product.assign(t.strings.size(), 0);
+    for (size_t i = 0; i < t.strings.size(); ++i) {
+      elementwise[i] = elementwise_names().count(names[i]) > 0;
+      matrix_product[i] = matrix_product_names().count(names[i]) > 0;
+    }
     if (o.backend != Backend::cpu && !m.device_lanes.empty()) {
       // Device time counts for the op that launched it and all its ancestors.
       device_time.assign(t.events.size(), 0);
@@ -370,14 +386,42 @@ struct Finder {
     return n;
   }
 
-  // What the fused op would take: measured when the rule names an opfuse op and we may time it,
-  // else the match's bytes at the bandwidth its own ops achieved.
+  // What the fused op would take: the chain's matrix products as they ran, plus for the other
+  // ops the opfuse op's time when the rule names one and we may time it, else their bytes at the
+  // bandwidth they achieved.
   double fused_time(const Match& mt, std::string& how) {
+    double products = 0;
+    for (int32_t e : bytes_ops(mt))
+      if (matrix_product[name_of_op[e]]) products += product_time(e);
+    const double others = others_fused_time(mt, products, how);
+    if (products > 0) how += " + matrix products";
+    return products + others;
+  }
+
+  // A matrix product's own arithmetic: the products inside it where it holds any (a 4-d matmul's
+  // bmm without the copies that expand and reshape make, BmmBackward0's two bmm), else its time.
+  double product_time(int32_t e) const {
+    double inner = 0;
+    bool holds_products = false;
+    for (size_t k = 0; k < m.child_count(e); ++k) {
+      const int32_t c = m.children_of(e)[k];
+      if (!matrix_product[name_of_op[c]]) continue;
+      inner += product_time(c);
+      holds_products = true;
+    }
+    return holds_products ? inner : time(e);
+  }
+
+  // The fused op's time for the chain's ops other than its matrix products (which took `products`).
+  double others_fused_time(const Match& mt, double products, std::string& how) {
     const std::vector<int32_t>& ops = bytes_ops(mt);
     std::vector<const Shape*> distinct;
     std::vector<int64_t> distinct_bytes;
     double chain_bytes = 0, chain_time = 0, slowest = 0;
+    size_t others = 0;
     for (int32_t e : ops) {
+      if (matrix_product[name_of_op[e]]) continue;
+      ++others;
       const OpShapes& s = op_shapes(e);
       int64_t biggest = 0;
       for (size_t k = 0; k < s.shapes.size(); ++k) {
@@ -401,7 +445,8 @@ struct Finder {
     }
     if (chain_bytes == 0 || chain_time <= 0) {  // no shapes recorded: assume launch-bound ops
       how = "op count";
-      return match_time(mt) / static_cast<double>(std::max<size_t>(1, mt.ops.size()));
+      const size_t n = products > 0 ? others : mt.ops.size();
+      return std::max(0.0, match_time(mt) - products) / static_cast<double>(std::max<size_t>(1, n));
     }
     double unit = 0, largest = 0;
     for (int64_t b : distinct_bytes) unit += static_cast<double>(b), largest = std::max(largest, static_cast<double>(b));

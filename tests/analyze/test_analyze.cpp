@@ -438,6 +438,43 @@ std::vector<std::string> split_names(const std::string& dashed) {
   return out;
 }
 
+// SwiGLU with its projections, linear-silu-linear-mul, each op 8 µs: the two linears stay, so
+// the fused chain takes their 16 µs plus the fused silu·mul, which is bounded by its slowest op
+// (8 µs) when shapes are recorded, or is one op's time (8 µs) when they are not. Counting only
+// the slowest op as the fused time (as before) claimed one linear as saved: 24 µs of 32.
+TEST(Analyze, MatrixProductsInAChainStayInTheFusedTime) {
+  for (const std::string dims : {"[[2,4,8],[2,4,8]]", ""}) {
+    const Analysis a = analyze_text(op_sequence_trace({"linear", "silu", "linear", "mul"}, dims), Backend::cpu);
+    const Finding* swiglu = find(a, "swiglu");
+    ASSERT_NE(swiglu, nullptr) << dims;
+    EXPECT_EQ(swiglu->occurrences, 1);
+    EXPECT_DOUBLE_EQ(swiglu->time_us, 32);
+    EXPECT_DOUBLE_EQ(swiglu->est_saving_us, 32 - 16 - 8) << dims;
+    EXPECT_EQ(swiglu->estimate, dims.empty() ? "op count + matrix products" : "slowest op + matrix products");
+  }
+  // A chain without products is estimated as before.
+  const Analysis plain = analyze_text(op_sequence_trace({"silu", "mul"}), Backend::cpu);
+  ASSERT_NE(find(plain, "swiglu"), nullptr);
+  EXPECT_EQ(find(plain, "swiglu")->estimate, "slowest op");
+}
+
+// A 4-d matmul (20 µs) spends 5 of them copying for its reshape and 8 in its bmm: only the bmm's
+// arithmetic stays in the fused time. 20 + 8 + 8 + 8 µs, less 8 + 8 of products and the fused
+// silu·mul's slowest op, 8.
+TEST(Analyze, AMatrixProductKeepsOnlyTheProductsInsideIt) {
+  std::string ev;
+  auto op = [&](const std::string& name, double ts, double dur) {
+    ev += fmt::format(R"({}{{"ph":"X","cat":"cpu_op","name":"aten::{}","pid":1,"tid":1,"ts":{},"dur":{},"args":{{"Input Dims":[[2,4,8],[2,4,8]]}}}})",
+                      ev.empty() ? "" : ",\n", name, ts, dur);
+  };
+  op("matmul", 0, 20), op("reshape", 1, 5), op("bmm", 8, 8);
+  op("silu", 30, 8), op("linear", 40, 8), op("mul", 50, 8);
+  const Finding* swiglu = find(analyze_text("[" + ev + "]", Backend::cpu), "swiglu");
+  ASSERT_NE(swiglu, nullptr);
+  EXPECT_DOUBLE_EQ(swiglu->time_us, 44);
+  EXPECT_DOUBLE_EQ(swiglu->est_saving_us, 44 - 16 - 8);
+}
+
 // The chains real model code produces, forward and backward, as torch 1.13's profiler recorded
 // them (tests/analyze/record_real_spellings.py; autograd nodes in the order the engine ran them,
 // AccumulateGrad where a parameter's gradient was ready). Each must be claimed whole, by one match
