@@ -1,12 +1,14 @@
 #!/bin/sh
-# The transformer ops' targets, each checked by `opfuse bench-op` (variants interleaved in one run)
-# and printed as a table: the figure, its 95% interval where it is a paired ratio, and whether it
-# meets the target. A % of copy is a ratio of medians measured in the same run, so it has no interval;
-# a read-heavy op (swiglu, adamw) passes 100 %: half the copy's bytes are writes, which cost more.
-#   bench/transformer_targets.sh [build/opfuse] [THREADS] [ROUNDS]
+# The transformer ops' targets (issue 16: every op but attention, which has its own), each checked
+# by `opfuse bench-op` (variants interleaved in one run) and printed as a table: the figure, its
+# 95% interval where it is a paired ratio, and whether it meets the target. A % of copy is a
+# ratio of medians measured in the same run, so it has no interval; a read-heavy op (swiglu,
+# adamw) passes 100 %: half the copy's bytes are writes, which cost more.
+#   bench/transformer_targets.sh [build/opfuse] [THREADS] [ROUNDS ≥ 2]
 set -eu
 root="$(cd "$(dirname "$0")/.." && pwd)"
 opfuse="${1:-$root/build/opfuse}" threads="${2:-2}" rounds="${3:-15}"
+[ "$rounds" -ge 2 ] 2>/dev/null || { echo "transformer_targets.sh: ROUNDS must be a number of at least 2 (a ratio's interval needs two), got '$rounds'" >&2; exit 2; }
 out="$(mktemp -d /tmp/opfuse-targets.XXXXXX)"
 top -bn1 | sed -n '7,12p'   # others busy? (a figure from a busy machine means little)
 for op in rms_norm add_rms_norm swiglu geglu rotary_embedding cross_entropy linear_cross_entropy adamw; do

@@ -73,6 +73,15 @@ const std::unordered_set<std::string>& matrix_product_names() {
   return names;
 }
 
+// What a matrix product does before its arithmetic: views, and the copies a 4-d matmul's
+// expand and reshape make.
+const std::unordered_set<std::string>& copy_or_view_names() {
+  static const std::unordered_set<std::string> names = {
+      "expand", "reshape", "_reshape_alias", "view",    "_unsafe_view", "as_strided", "clone",
+      "contiguous", "copy_", "transpose",    "t",       "permute",      "resolve_conj", "resolve_neg"};
+  return names;
+}
+
 // An op's tensor inputs (scalars and unknown entries dropped). Shapes are interned: equal
 // shapes are one object, so comparing them is comparing pointers.
 struct OpShapes {
@@ -140,6 +149,7 @@ struct Finder {
   std::vector<uint64_t> candidates;          // scratch: the patterns that may start in a sequence
   std::vector<char> elementwise;             // per string id: an elementwise op name
   std::vector<char> matrix_product;          // per string id: a matrix product's name
+  std::vector<char> copy_or_view;            // per string id: a view or copy a product makes first
   std::vector<uint32_t> ids;                 // scratch: a sequence's name ids
   std::vector<double> device_time;     // per event on device backends: what it launched took
   std::vector<char> claimed;
@@ -157,9 +167,11 @@ struct Finder {
     }
     elementwise.assign(t.strings.size(), 0);
     matrix_product.assign(t.strings.size(), 0);
+    copy_or_view.assign(t.strings.size(), 0);
     for (size_t i = 0; i < t.strings.size(); ++i) {
       elementwise[i] = elementwise_names().count(names[i]) > 0;
       matrix_product[i] = matrix_product_names().count(names[i]) > 0;
+      copy_or_view[i] = copy_or_view_names().count(names[i]) > 0;
     }
     if (o.backend != Backend::cpu && !m.device_lanes.empty()) {
       // Device time counts for the op that launched it and all its ancestors.
@@ -386,34 +398,48 @@ struct Finder {
     return n;
   }
 
-  // What the fused op would take: the chain's matrix products as they ran, plus for the other
-  // ops the opfuse op's time when the rule names one and we may time it, else their bytes at the
-  // bandwidth they achieved.
+  // What the fused op would take: the opfuse op's time when the rule names one and we may time
+  // it, else the chain's matrix products as they ran plus its other ops' bytes at the bandwidth
+  // they achieved.
   double fused_time(const Match& mt, std::string& how) {
-    double products = 0;
+    if (const double us = measured_time(mt); us >= 0) {
+      how = "measured opfuse::" + mt.pattern->measure;
+      return us;
+    }
+    double kept = 0, whole = 0;
+    bool products = false;
     for (int32_t e : bytes_ops(mt))
-      if (matrix_product[name_of_op[e]]) products += product_time(e);
-    const double others = others_fused_time(mt, products, how);
-    if (products > 0) how += " + matrix products";
-    return products + others;
+      if (matrix_product[name_of_op[e]]) kept += product_time(e), whole += time(e), products = true;
+    if (!products) return others_fused_time(mt, false, 0, how);
+    const double others = others_fused_time(mt, true, whole, how);
+    how = how.empty() ? "matrix products" : how + " + matrix products";
+    return kept + others;
   }
 
-  // A matrix product's own arithmetic: the products inside it where it holds any (a 4-d matmul's
-  // bmm without the copies that expand and reshape make, BmmBackward0's two bmm), else its time.
+  // The rule's opfuse op timed at the chain's input shapes, or −1.
+  double measured_time(const Match& mt) {
+    if (mt.pattern == nullptr || mt.pattern->measure.empty() || !o.measure) return -1;
+    std::vector<const Shape*> distinct;
+    for (int32_t e : bytes_ops(mt))
+      for (const Shape* shape : op_shapes(e).shapes)
+        if (std::find(distinct.begin(), distinct.end(), shape) == distinct.end()) distinct.push_back(shape);
+    return distinct.empty() ? -1 : measure(mt.pattern->measure, distinct);
+  }
+
+  // A matrix product's time less the copies and views it made first (a 4-d matmul's expand and
+  // reshape): the fused op does the arithmetic, not the copies.
   double product_time(int32_t e) const {
-    double inner = 0;
-    bool holds_products = false;
+    double t = time(e);
     for (size_t k = 0; k < m.child_count(e); ++k) {
       const int32_t c = m.children_of(e)[k];
-      if (!matrix_product[name_of_op[c]]) continue;
-      inner += product_time(c);
-      holds_products = true;
+      if (copy_or_view[name_of_op[c]]) t -= time(c);
     }
-    return holds_products ? inner : time(e);
+    return std::max(0.0, t);
   }
 
-  // The fused op's time for the chain's ops other than its matrix products (which took `products`).
-  double others_fused_time(const Match& mt, double products, std::string& how) {
+  // The fused op's time for the chain's ops other than its matrix products (if it has any, they
+  // took `products_time` in all), estimated from their bytes; 0 (and `how` empty) when there are none.
+  double others_fused_time(const Match& mt, bool products, double products_time, std::string& how) {
     const std::vector<int32_t>& ops = bytes_ops(mt);
     std::vector<const Shape*> distinct;
     std::vector<int64_t> distinct_bytes;
@@ -436,17 +462,11 @@ struct Finder {
       chain_time += time(e);
       slowest = std::max(slowest, time(e));
     }
-    if (mt.pattern != nullptr && !mt.pattern->measure.empty() && o.measure && !distinct.empty()) {
-      const double us = measure(mt.pattern->measure, distinct);
-      if (us >= 0) {
-        how = "measured opfuse::" + mt.pattern->measure;
-        return us;
-      }
-    }
+    if (products && others == 0) return 0;
     if (chain_bytes == 0 || chain_time <= 0) {  // no shapes recorded: assume launch-bound ops
       how = "op count";
-      const size_t n = products > 0 ? others : mt.ops.size();
-      return std::max(0.0, match_time(mt) - products) / static_cast<double>(std::max<size_t>(1, n));
+      const size_t n = products ? others : mt.ops.size();
+      return std::max(0.0, match_time(mt) - products_time) / static_cast<double>(std::max<size_t>(1, n));
     }
     double unit = 0, largest = 0;
     for (int64_t b : distinct_bytes) unit += static_cast<double>(b), largest = std::max(largest, static_cast<double>(b));
