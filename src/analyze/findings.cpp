@@ -402,25 +402,26 @@ struct Finder {
   // it, else the chain's matrix products as they ran plus its other ops' bytes at the bandwidth
   // they achieved.
   double fused_time(const Match& mt, std::string& how) {
-    if (const double us = measured_time(mt); us >= 0) {
+    const std::vector<int32_t>& ops = bytes_ops(mt);
+    if (const double us = measured_time(mt, ops); us >= 0) {
       how = "measured opfuse::" + mt.pattern->measure;
       return us;
     }
     double kept = 0, whole = 0;
     bool products = false;
-    for (int32_t e : bytes_ops(mt))
+    for (int32_t e : ops)
       if (matrix_product[name_of_op[e]]) kept += product_time(e), whole += time(e), products = true;
-    if (!products) return others_fused_time(mt, false, 0, how);
-    const double others = others_fused_time(mt, true, whole, how);
+    if (!products) return others_fused_time(mt, ops, false, 0, how);
+    const double others = others_fused_time(mt, ops, true, whole, how);
     how = how.empty() ? "matrix products" : how + " + matrix products";
     return kept + others;
   }
 
-  // The rule's opfuse op timed at the chain's input shapes, or −1.
-  double measured_time(const Match& mt) {
+  // The rule's opfuse op timed at the input shapes of the chain's ops, or −1.
+  double measured_time(const Match& mt, const std::vector<int32_t>& ops) {
     if (mt.pattern == nullptr || mt.pattern->measure.empty() || !o.measure) return -1;
     std::vector<const Shape*> distinct;
-    for (int32_t e : bytes_ops(mt))
+    for (int32_t e : ops)
       for (const Shape* shape : op_shapes(e).shapes)
         if (std::find(distinct.begin(), distinct.end(), shape) == distinct.end()) distinct.push_back(shape);
     return distinct.empty() ? -1 : measure(mt.pattern->measure, distinct);
@@ -439,8 +440,8 @@ struct Finder {
 
   // The fused op's time for the chain's ops other than its matrix products (if it has any, they
   // took `products_time` in all), estimated from their bytes; 0 (and `how` empty) when there are none.
-  double others_fused_time(const Match& mt, bool products, double products_time, std::string& how) {
-    const std::vector<int32_t>& ops = bytes_ops(mt);
+  double others_fused_time(const Match& mt, const std::vector<int32_t>& ops, bool products, double products_time,
+                           std::string& how) {
     std::vector<const Shape*> distinct;
     std::vector<int64_t> distinct_bytes;
     double chain_bytes = 0, chain_time = 0, slowest = 0;
