@@ -37,7 +37,7 @@ echo "EfficientNet-B0, ${size}x${size}, batch $batch"
 "$opfuse" analyze "$out/trace.json" --no-default-rules --rules "$out/silu.yaml" --measure --json "$out/silu-measured.json" > /dev/null
 "$opfuse" train --image-size "$size" --batch-size "$batch" --steps 3 --warmup 2 --rounds 5 \
   --compare memory-efficient,fused,opfuse-all --json "$out/actual.json" > /dev/null
-/usr/bin/python3 - "$out" "$batch" <<'EOF'
+python3 - "$out" "$batch" <<'EOF'
 import json, sys
 out, batch = sys.argv[1], int(sys.argv[2])
 load = lambda name: json.load(open(f"{out}/{name}.json"))

@@ -15,7 +15,7 @@ if [ ! -f "$trace" ]; then
     --profile "$trace" --profile-steps 48 > /dev/null
 fi
 if [ ! -d "$ranks" ]; then
-  /usr/bin/python3 "$here/../tests/analyze/make_rank_traces.py" "$trace" "$ranks" --ranks 8 --delayed 5 --delay 0.25
+  python3 "$here/../tests/analyze/make_rank_traces.py" "$trace" "$ranks" --ranks 8 --delayed 5 --delay 0.25
 fi
 largest=$(stat -c %s "$ranks"/* | sort -n | tail -1)
 echo "ranks: $ranks ($(ls "$ranks" | wc -l) traces, largest $((largest / 1000000)) MB), $(nproc) cores"

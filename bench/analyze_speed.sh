@@ -22,7 +22,7 @@ measure() {  # prints "seconds kilobytes" of the best of 3 runs
   done
   echo "$best"
 }
-py=$(measure /usr/bin/python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$trace")
+py=$(measure python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$trace")
 nm=$(measure "$opfuse" analyze "$trace")
 me=$(measure "$opfuse" analyze "$trace" --measure)
 echo "$py $nm $me $size" | awk '{

@@ -15,7 +15,7 @@ for op in rms_norm add_rms_norm swiglu geglu rotary_embedding cross_entropy line
   echo "bench-op $op …" >&2
   "$opfuse" bench-op "$op" --threads "$threads" --rounds "$rounds" --json "$out/$op.json" > "$out/$op.txt"
 done
-/usr/bin/python3 - "$out" <<'PY'
+python3 - "$out" <<'PY'
 import json, sys
 
 def load(op):

@@ -1,12 +1,13 @@
 #!/bin/sh
-# Installs everything opfuse needs on a fresh Debian 12 machine, from Debian's packages only.
-# Skips apt entirely when all packages are already there. Debian's Chromium is always installed:
-# a test renders the analyze report in it. --fuzz also installs clang for scripts/fuzz.sh.
+# Installs everything opfuse needs on a fresh Debian 12 machine: Debian's packages (compiler, build
+# tools, libraries, Chromium for the report test) with apt-get, then the project's venv (.venv) with
+# the pinned Python packages of requirements.txt (torch 2.x from pip) for PYTHON (default: the
+# python3 on PATH). Each step is skipped when already done. --fuzz also installs clang.
 set -eu
-packages="cmake ninja-build g++ pkg-config libtorch-dev python3-torch python3-pytest libsimdjson-dev
-  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev zlib1g-dev googletest libgtest-dev
-  libbenchmark-dev libturbojpeg0-dev libpng-dev chromium pybind11-dev python3-venv python3-pip
-  python3-dev python3-setuptools python3-wheel libopenblas0-openmp"
+cd "$(dirname "$0")/.."
+packages="cmake ninja-build g++ pkg-config libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
+  libfmt-dev zlib1g-dev googletest libgtest-dev libbenchmark-dev libturbojpeg0-dev libpng-dev chromium
+  python3-venv python3-dev"
 [ "${1:-}" = "--fuzz" ] && packages="$packages clang libclang-rt-14-dev"
 missing=""
 for p in $packages; do
@@ -20,4 +21,12 @@ if [ -n "$missing" ]; then
   $as_root apt-get update -q || echo "setup: apt-get update failed; trying the cached package lists"
   # shellcheck disable=SC2086
   $as_root apt-get install -y -q --no-install-recommends $missing
+fi
+
+python="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+# pip answers quickly when every pin is already met; a dropped download is retried once.
+if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt; then
+  echo "setup: pip install failed; retrying once"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
 fi

@@ -10,7 +10,7 @@ command -v chromium > /dev/null || { echo "chromium is not installed (apt-get in
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp "$(dirname "$0")/trace_view.html" "$work/index.html"
-/usr/bin/python3 - "$trace" "$step" > "$work/trace-data.js" <<'PY'
+python3 - "$trace" "$step" > "$work/trace-data.js" <<'PY'
 import gzip, json, sys
 path, step = sys.argv[1], sys.argv[2]
 opener = gzip.open if path.endswith(".gz") else open

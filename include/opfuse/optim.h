@@ -24,9 +24,9 @@ class AdamW : public torch::optim::AdamW {
  private:
   // The op counts steps in a tensor; one per parameter, kept so a step allocates nothing.
   // AdamWParamState::step stays the count that is saved and loaded.
-  at::Tensor& step_count(const std::string& key, const torch::optim::AdamWParamState& state);
+  at::Tensor& step_count(void* key, const torch::optim::AdamWParamState& state);
 
-  std::unordered_map<std::string, at::Tensor> step_counts_;
+  std::unordered_map<void*, at::Tensor> step_counts_;  // by TensorImpl, as torch::optim keys its state
 };
 
 // torch::optim::SGD with its step made one opfuse::sgd_ call per parameter group and dtype (and

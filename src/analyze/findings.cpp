@@ -6,6 +6,7 @@
 #include "analyze/findings.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>

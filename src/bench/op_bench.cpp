@@ -5,6 +5,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -66,7 +67,7 @@ double time_step(const Case& c, const Variant& v) {
 // it into the backward).
 class PeakMemory : public c10::MemoryReportingInfoBase {
  public:
-  void reportMemoryUsage(void*, int64_t bytes, int64_t, int64_t, c10::Device) override {
+  void reportMemoryUsage(void*, int64_t bytes, size_t, size_t, c10::Device) override {
     held_ += bytes;
     peak_ = std::max(peak_, held_);
   }

@@ -27,7 +27,7 @@ class BlockCache final : public c10::Allocator {
     state().small_free = small->raw_deleter();
   }
 
-  c10::DataPtr allocate(size_t bytes) const override {
+  c10::DataPtr allocate(size_t bytes) override {
     if (bytes < kLarge) return small_->allocate(bytes);
     void* block = state().take(bytes);
     report(block, static_cast<int64_t>(bytes));
@@ -38,6 +38,10 @@ class BlockCache final : public c10::Allocator {
   // must take a block of either size.
   c10::DeleterFnPtr raw_deleter() const override {
     return small_->raw_deleter() ? &give_back : nullptr;
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
   }
 
   struct State {

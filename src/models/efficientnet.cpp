@@ -2,6 +2,7 @@
 #include "opfuse/efficientnet.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <cmath>

@@ -38,7 +38,7 @@ AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions defaults)
     : AdamW(std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup(std::move(params))},
             defaults) {}
 
-at::Tensor& AdamW::step_count(const std::string& key, const AdamWParamState& state) {
+at::Tensor& AdamW::step_count(void* key, const AdamWParamState& state) {
   at::Tensor& count = step_counts_[key];
   if (!count.defined()) count = at::empty({}, at::kLong);
   *count.data_ptr<int64_t>() = state.step();  // the saved count rules, e.g. after load()
@@ -58,7 +58,7 @@ at::Tensor AdamW::step(LossClosure closure) {
     std::map<at::ScalarType, Lists> by_dtype;
     for (const at::Tensor& p : group.params()) {
       if (!p.grad().defined()) continue;
-      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      void* const key = p.unsafeGetTensorImpl();
       auto& slot = state_[key];
       if (!slot) {
         auto fresh = std::make_unique<AdamWParamState>();
@@ -132,7 +132,7 @@ at::Tensor SGD::step(LossClosure closure) {
       at::Tensor buffer;
       bool fresh = false;
       if (o.momentum() != 0) {
-        const auto kept = state_.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+        const auto kept = state_.find(p.unsafeGetTensorImpl());
         fresh = kept == state_.end();
         buffer = fresh ? at::empty_like(p, at::MemoryFormat::Preserve)  // written whole by the op
                        : static_cast<SGDParamState&>(*kept->second).momentum_buffer();
@@ -150,7 +150,7 @@ at::Tensor SGD::step(LossClosure closure) {
       for (size_t i = 0; i < params.size(); ++i) {  // kept once the op has run
         auto made = std::make_unique<SGDParamState>();
         made->momentum_buffer(buffers[i]);
-        state_[c10::guts::to_string(params[i].unsafeGetTensorImpl())] = std::move(made);
+        state_[params[i].unsafeGetTensorImpl()] = std::move(made);
       }
     }
   }

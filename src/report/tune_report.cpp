@@ -1,6 +1,7 @@
 // tune's results: the terminal summary and report.json.
 #include <algorithm>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "opfuse/report.h"
 

@@ -1,5 +1,6 @@
 // The training loop behind `opfuse train`.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/resource.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>

@@ -2,6 +2,7 @@
 #include "tune/model_workload.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <filesystem>

@@ -2,6 +2,7 @@
 // and (where the workload reports them) its optimizer's updates from seeded gradients, in float64
 // and in float32.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <cmath>

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!python3
 """opfuse analyze's device time against hta_breakdown_reference.py, an independent reading of
 the raw events in HolisticTraceAnalysis' get_temporal_breakdown convention.
 
@@ -20,7 +20,7 @@ TOLERANCE_PP = 1.0
 
 
 def reference(paths):
-    out = subprocess.run(["/usr/bin/python3", os.path.join(HERE, "hta_breakdown_reference.py")] + paths,
+    out = subprocess.run(["python3", os.path.join(HERE, "hta_breakdown_reference.py")] + paths,
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -75,7 +75,7 @@ def main(opfuse, data):
         for layout, name in (("kineto", "synthetic_kineto.json.gz"), ("kineto-1.8", "synthetic_kineto_1_8.json"),
                              ("mtia", "synthetic_mtia.json")):
             path = os.path.join(tmp, name)
-            subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_gpu_trace.py"), path, "--layout", layout,
+            subprocess.run(["python3", os.path.join(HERE, "make_gpu_trace.py"), path, "--layout", layout,
                             "--steps", "5", "--ops", "80"], check=True)
             made.append(path)
         want = reference(samples + made)

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!python3
 """Device time of a GPU (or MTIA) trace, computed straight from its raw JSON events, for checking opfuse.
 
 Written apart from opfuse's C++ (stdlib only, no shared code) and following the convention of

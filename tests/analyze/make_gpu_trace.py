@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!python3
 """Writes a synthetic GPU (or MTIA) training trace, for device-time tests and timing.
 
 Steps of host ops, each launching a kernel, a memcpy or a memset through a runtime call with a

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!python3
 """Writes one trace per rank from a single trace, as a distributed job's ranks would: each an
 object with "distributedInfo": {"rank": r, "world_size": N}; one rank delayed, every timestamp
 and duration after its first event stretched by (1 + delay), so its steps take that much longer.

@@ -7,7 +7,7 @@ with torch's profiler, one Chrome trace per module: the fixtures under
 tests/data/traces/real_spellings/ (gzipped). Debian's torch 1.13 has no Kineto, so these are the
 legacy profiler's traces: whole µs, no shapes.
 
-    /usr/bin/python3 tests/analyze/record_real_spellings.py bfloat16 OUT_DIR
+    python3 tests/analyze/record_real_spellings.py bfloat16 OUT_DIR
 """
 import json, math, sys
 import torch

@@ -1,6 +1,7 @@
 // The analyze stage on hand-written traces whose answers are known: op-name regexes, rule files
 // (opfuse's and the Ascend advisor's), op trees, device linking, locations, the miner, the diff.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -19,7 +19,7 @@ done
 "$opfuse" analyze "$tmp/memory-efficient.json" "$tmp/fused.json" --json "$tmp/a.json" --html "$tmp/a.html" > "$tmp/a.txt"
 grep -q "opfuse profiler" "$tmp/a.txt"
 grep -q "^silu .*opfuse::silu" "$tmp/a.txt"
-/usr/bin/python3 - "$tmp/a.json" <<'PY'
+python3 - "$tmp/a.json" <<'PY'
 import json, sys
 a = json.load(open(sys.argv[1]))
 t = a["trace"]
@@ -56,7 +56,7 @@ grep -q '"rule":"silu"' "$tmp/a.html"  # drawn by the page's script: see tests/r
 
 # Savings come from bandwidth unless --measure times the opfuse ops here, on CPU traces only.
 "$opfuse" analyze "$tmp/memory-efficient.json" --measure --json "$tmp/m.json" > /dev/null
-/usr/bin/python3 - "$tmp/a.json" "$tmp/m.json" <<'PY'
+python3 - "$tmp/a.json" "$tmp/m.json" <<'PY'
 import json, sys
 bandwidth, measured = ({f["rule"]: f for f in json.load(open(p))["findings"]} for p in sys.argv[1:])
 assert "measured" not in bandwidth["silu"]["estimate"], bandwidth["silu"]
@@ -69,7 +69,7 @@ grep -q "warning: .*kineto_rocm_minitoy.json.gz: --measure times opfuse ops on C
 
 # Other tools' traces: each read with its dialect; the Ascend one gives its torch_npu replacements.
 "$opfuse" analyze "$data/traces/ascend_style_sample.json" --json "$tmp/npu.json" > /dev/null
-/usr/bin/python3 - "$tmp/npu.json" <<'PY'
+python3 - "$tmp/npu.json" <<'PY'
 import json, sys
 a = json.load(open(sys.argv[1]))
 assert a["trace"]["dialect"].startswith("Ascend"), a["trace"]["dialect"]
@@ -82,7 +82,7 @@ PY
 # The sample as the profiler writes it with communication on: the Overlap Analysis lanes and an
 # HCCL process, uncategorised, and half the tasks linked only from their CANN API call
 # (async_acl_npu). The lanes are a summary, not ops; every aten op keeps its device time.
-/usr/bin/python3 - "$data/traces/ascend_style_sample.json" "$tmp/npu-overlap.json" <<'PY'
+python3 - "$data/traces/ascend_style_sample.json" "$tmp/npu-overlap.json" <<'PY'
 import json, sys
 events = json.load(open(sys.argv[1]))
 meta = lambda pid, name: {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
@@ -108,7 +108,7 @@ json.dump(events + out, open(sys.argv[2], "w"))
 PY
 "$opfuse" analyze "$tmp/npu-overlap.json" --json "$tmp/npu-overlap-out.json" > "$tmp/npu-overlap.txt"
 grep -q "^          the profiler's Overlap Analysis over the trace (.* ms): Computing .* ms (60.0%), Communication .* ms (10.0%), Free .* ms (30.0%)$" "$tmp/npu-overlap.txt"
-/usr/bin/python3 - "$tmp/npu.json" "$tmp/npu-overlap-out.json" <<'PY'
+python3 - "$tmp/npu.json" "$tmp/npu-overlap-out.json" <<'PY'
 import json, sys
 plain, overlap = (json.load(open(p)) for p in sys.argv[1:])
 names = {o["name"] for o in overlap["ops"]}
@@ -131,7 +131,7 @@ grep -q "dialect   PyTorch Kineto, backend cuda" "$tmp/gpu.txt"
 grep -q "^device    2: 8.91 ms window per step, 0.15 ms busy (1.7%), 8.76 ms idle (98.3%)" "$tmp/gpu.txt"
 grep -q "compute 1.2%, communication 0.0%, memcpy/memset 0.4% of the window" "$tmp/gpu.txt"
 grep -q "8 of 14 kernels shorter than their launch" "$tmp/gpu.txt"
-/usr/bin/python3 - "$tmp/gpu.json" <<'PY'
+python3 - "$tmp/gpu.json" <<'PY'
 import json, sys
 a = json.load(open(sys.argv[1]))
 d = a["device"]
@@ -146,12 +146,12 @@ assert a["trace"]["steps"] == 2  # the GPU's copy of ProfilerStep#1 is no third 
 assert any(o["device_us"] for o in a["ops"]), "ops carry the device time of their kernels"
 PY
 # Meta's MTIA: mtia_ccp_events are its device (the synthetic layout of make_gpu_trace.py).
-/usr/bin/python3 "$(dirname "$0")/../analyze/make_gpu_trace.py" "$tmp/mtia.json" --layout mtia --steps 3 --ops 20
+python3 "$(dirname "$0")/../analyze/make_gpu_trace.py" "$tmp/mtia.json" --layout mtia --steps 3 --ops 20
 "$opfuse" analyze "$tmp/mtia.json" > "$tmp/mtia.txt"
 grep -q "dialect   PyTorch Kineto, backend mtia" "$tmp/mtia.txt"
 grep -q "^device    0: .* ms window per step" "$tmp/mtia.txt"
 "$opfuse" analyze "$data/traces/kineto_cpu_only.json.gz" --json "$tmp/cpu.json" > /dev/null
-/usr/bin/python3 -c "import json, sys; a = json.load(open(sys.argv[1])); assert a['device'] is None and a['devices'] == []" "$tmp/cpu.json"
+python3 -c "import json, sys; a = json.load(open(sys.argv[1])); assert a['device'] is None and a['devices'] == []" "$tmp/cpu.json"
 "$opfuse" analyze "$data/traces/kineto_cpu_only.json.gz" | grep -q "backend cpu"
 
 # Nothing is overwritten without --force.
@@ -181,7 +181,7 @@ grep -q "given for both --json and --html" "$tmp/err"
 
 # --json -: stdout holds the JSON alone (no file named '-'); the tables go to stderr.
 (cd "$tmp" && "$opfuse" analyze "$cpu" "$data/traces/kineto_rocm_minitoy.json.gz" --json - > stdout.json 2> tables.txt)
-/usr/bin/python3 -c "import json, sys; a = json.load(open(sys.argv[1])); assert a['diff']['after']" "$tmp/stdout.json"
+python3 -c "import json, sys; a = json.load(open(sys.argv[1])); assert a['diff']['after']" "$tmp/stdout.json"
 grep -q "^findings" "$tmp/tables.txt" && grep -q "^before -> after" "$tmp/tables.txt"
 [ ! -e "$tmp/-" ]
 
@@ -197,7 +197,7 @@ printf '{"traceEvents": [
 grep -q "^findings: 2 (1 shown" "$tmp/zero.txt" && grep -q "^mish " "$tmp/zero.txt" && ! grep -q "^silu " "$tmp/zero.txt"
 grep -q "^1 with no estimated saving not listed (--all lists them)" "$tmp/zero.txt"
 "$opfuse" analyze "$tmp/zero.json" --all | sed -n '/^findings/,$p' | grep -A1 "^mish " | grep -q "^silu .* 0.00 "
-/usr/bin/python3 -c "import json, sys; f = json.load(open(sys.argv[1]))['findings']; assert [(x['rule'], x['est_saving_us']) for x in f] == [('mish', 20.0), ('silu', 0.0)], f" "$tmp/zero-out.json"
+python3 -c "import json, sys; f = json.load(open(sys.argv[1]))['findings']; assert [(x['rule'], x['est_saving_us']) for x in f] == [('mish', 20.0), ('silu', 0.0)], f" "$tmp/zero-out.json"
 
 # Bad input: one line naming the file (and the byte offset for malformed JSON), exit 2.
 : > "$tmp/empty.json"
@@ -233,12 +233,12 @@ grep -q "1 skipped" "$tmp/odd.txt"
 grep -q "1 overlapping" "$tmp/odd.txt"
 grep -q "warning: .*odd.json: event skipped: .*at byte" "$tmp/odd.txt"
 # Many ranks: a folder of eight rank traces made from one, rank 5 delayed by 25%.
-/usr/bin/python3 "$(dirname "$0")/../analyze/make_gpu_trace.py" "$tmp/gpu.json" --steps 6
-/usr/bin/python3 "$(dirname "$0")/../analyze/make_rank_traces.py" "$tmp/gpu.json" "$tmp/ranks" --ranks 8 --delayed 5 --delay 0.25
+python3 "$(dirname "$0")/../analyze/make_gpu_trace.py" "$tmp/gpu.json" --steps 6
+python3 "$(dirname "$0")/../analyze/make_rank_traces.py" "$tmp/gpu.json" "$tmp/ranks" --ranks 8 --delayed 5 --delay 0.25
 "$opfuse" analyze "$tmp/ranks" --json "$tmp/ranks.json" --html "$tmp/ranks.html" > "$tmp/ranks.txt"
 grep -q "^slowest rank 5: 25.0% behind the median rank" "$tmp/ranks.txt"
 grep -q "^8 traces analysed in" "$tmp/ranks.txt"
-/usr/bin/python3 - "$tmp/ranks.json" <<'PY'
+python3 - "$tmp/ranks.json" <<'PY'
 import json, sys
 a = json.load(open(sys.argv[1]))
 assert [r["rank"] for r in a["ranks"]] == list(range(8)), a["ranks"]
@@ -260,7 +260,7 @@ grep -q "no trace matches" "$tmp/err"
 # Units: without ProfilerStep markers, a training loop's steps come from its repeating top-level
 # ops, said so; a trace that does not repeat (one step) gives totals, said so; --steps N makes
 # them per step, in the tables and in JSON; a count that contradicts the markers is refused.
-/usr/bin/python3 - "$tmp/memory-efficient.json" "$tmp/unmarked.json" "$tmp/one-step.json" <<'PY'
+python3 - "$tmp/memory-efficient.json" "$tmp/unmarked.json" "$tmp/one-step.json" <<'PY'
 import json, sys
 t = json.load(open(sys.argv[1]))
 events = t["traceEvents"] if isinstance(t, dict) else t
@@ -282,7 +282,7 @@ grep -q "^findings: .*times in the trace" "$tmp/total.txt"
 grep -q ", 2 steps (--steps), .* ms per step" "$tmp/per.txt"
 grep -q "^findings: .*times per step" "$tmp/per.txt"
 grep -q "ms per step)" "$tmp/per.txt"
-/usr/bin/python3 - "$tmp/total.json" "$tmp/per.json" "$tmp/inferred.json" <<'PY'
+python3 - "$tmp/total.json" "$tmp/per.json" "$tmp/inferred.json" <<'PY'
 import json, sys
 total, per, inferred = (json.load(open(p)) for p in sys.argv[1:])
 assert total["trace"]["steps"] == 0 and total["trace"]["steps_from"] == ""

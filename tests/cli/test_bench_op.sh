@@ -17,7 +17,7 @@ for op in silu swish se_gate batch_norm_silu drop_connect_add rms_norm swiglu at
   "$opfuse" bench-op "$op" $size --rounds 3 --warmup 1 --threads 1 --json "$tmp/$op.json" > "$tmp/$op.txt"
   grep -q "opfuse vs aten" "$tmp/$op.txt"
   { [ "$op" = adamw ] || [ "$op" = sgd ]; } || grep -q "^ATen x \* 2 step .* % of copy" "$tmp/$op.txt"
-  /usr/bin/python3 - "$tmp/$op.json" "$op" <<'PY'
+  python3 - "$tmp/$op.json" "$op" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 for key in ("op", "numel", "threads", "rounds", "ms", "variants", "speedup_vs_reference", "speedup_vs_reference_ci",
@@ -59,9 +59,9 @@ if [ -e /usr/lib/x86_64-linux-gnu/blas/libblas.so.3 ]; then
   LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/blas "$opfuse" bench-op silu --numel 1000 --rounds 1 \
     --json "$tmp/reference.json" > "$tmp/reference.txt"
   grep -q "^warning: torch's matmuls run on the reference BLAS.*libopenblas0-openmp" "$tmp/reference.txt"
-  /usr/bin/python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['environment']; assert e['reference_blas'] and e['warnings'], e" "$tmp/reference.json"
+  python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['environment']; assert e['reference_blas'] and e['warnings'], e" "$tmp/reference.json"
 fi
-/usr/bin/python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['environment']; assert not e['reference_blas'], e" "$tmp/silu.json"
+python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['environment']; assert not e['reference_blas'], e" "$tmp/silu.json"
 
 expect_usage_error bench-op gelu
 expect_usage_error bench-op silu --numel 0

@@ -14,7 +14,7 @@ trap 'rm -rf "$tmp"' EXIT
   --se-gate fused --bn-swish fused --drop-connect fused --json "$tmp/train.json" > "$tmp/train.txt"
 grep -q "images/s" "$tmp/train.txt"
 grep -q "^Step: \[3/3\]" "$tmp/train.txt"
-/usr/bin/python3 - "$tmp/train.json" <<'PY'
+python3 - "$tmp/train.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 for key in ("model", "parameters", "swish", "image_size", "batch_size", "steps", "images_per_sec",
@@ -38,13 +38,13 @@ for optimizer in adamw opfuse-adamw sgd opfuse-sgd; do
     --profile "$tmp/$optimizer.json" --profile-steps 1 > /dev/null
   "$opfuse" analyze "$tmp/$optimizer.json" --all --json "$tmp/$optimizer.analysis.json" > /dev/null
 done
-/usr/bin/python3 - "$tmp/adamw.analysis.json" "$tmp/opfuse-adamw.analysis.json" <<'PY'
+python3 - "$tmp/adamw.analysis.json" "$tmp/opfuse-adamw.analysis.json" <<'PY'
 import json, sys
 torch_rules, opfuse_rules = ([f["rule"] for f in json.load(open(p))["findings"]] for p in sys.argv[1:])
 assert "fused_adamw" in torch_rules, torch_rules
 assert "fused_adamw" not in opfuse_rules, opfuse_rules
 PY
-/usr/bin/python3 - "$tmp/sgd.analysis.json" "$tmp/opfuse-sgd.analysis.json" <<'PY'
+python3 - "$tmp/sgd.analysis.json" "$tmp/opfuse-sgd.analysis.json" <<'PY'
 import json, sys
 torch_rules, opfuse_rules = ([f["rule"] for f in json.load(open(p))["findings"]] for p in sys.argv[1:])
 assert "fused_sgd" in torch_rules, torch_rules
@@ -55,7 +55,7 @@ PY
   --compare memory-efficient,fused,opfuse-all --rounds 2 --json "$tmp/compare.json" > "$tmp/compare.txt"
 grep -q "vs memory-efficient" "$tmp/compare.txt"
 grep -q "opfuse-all" "$tmp/compare.txt"
-/usr/bin/python3 - "$tmp/compare.json" <<'PY'
+python3 - "$tmp/compare.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["rounds"] == 2 and r["baseline"] == "memory-efficient" and "environment" in r and "machine" in r
@@ -72,9 +72,9 @@ expect_usage_error train --swish relu
 # --fuse names fusions as analyze and tune do; the per-fusion flags are its aliases.
 "$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 --fuse silu,batch_norm_silu \
   --json "$tmp/fuse.json" > /dev/null
-/usr/bin/python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert (r['swish'], r['bn_swish'], r['se_gate'], r['drop_connect']) == ('fused', 'fused', 'composite', 'composite'), r" "$tmp/fuse.json"
+python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert (r['swish'], r['bn_swish'], r['se_gate'], r['drop_connect']) == ('fused', 'fused', 'composite', 'composite'), r" "$tmp/fuse.json"
 "$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 --fuse all --json "$tmp/all.json" > /dev/null
-/usr/bin/python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert {r['swish'], r['bn_swish'], r['se_gate'], r['drop_connect']} == {'fused'}, r" "$tmp/all.json"
+python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert {r['swish'], r['bn_swish'], r['se_gate'], r['drop_connect']} == {'fused'}, r" "$tmp/all.json"
 expect_usage_error train --fuse silu,gelu
 grep -q -- "--fuse gelu: unknown fusion (silu, se_gate, batch_norm_silu, drop_connect_add, or all)" "$tmp/err"
 expect_usage_error train --bn-swish fast

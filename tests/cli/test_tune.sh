@@ -6,7 +6,7 @@ set -eu
 opfuse="$1"
 data="$2"
 library="$3"
-python=/usr/bin/python3
+python=python3
 here=$(dirname "$0")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -71,7 +71,7 @@ assert r["tuned"]["ops_per_step"] < r["baseline"]["ops_per_step"]
 PY
 grep -q '"tune"' "$tmp/run-2/report.html"
 # The page draws a step of the baseline and of the tuned model, one above the other.
-/usr/bin/python3 - "$tmp/run-2/report.html" <<'PY'
+python3 - "$tmp/run-2/report.html" <<'PY'
 import json, sys
 html = open(sys.argv[1]).read()
 start = html.index('id="analysis">') + len('id="analysis">')

@@ -193,7 +193,7 @@ TEST(Interleave, RanksStopInTheSameRound) {
 // the same, already touched, memory; a memory profiler still sees every allocation and free.
 class HeldBytes : public c10::MemoryReportingInfoBase {
  public:
-  void reportMemoryUsage(void*, int64_t bytes, int64_t, int64_t, c10::Device) override { held += bytes; }
+  void reportMemoryUsage(void*, int64_t bytes, size_t, size_t, c10::Device) override { held += bytes; }
   bool memoryProfilingEnabled() const override { return true; }
   int64_t held = 0;
 };

@@ -1,7 +1,7 @@
 """Loads a module opfuse rewrote, after torch.ops.load_library, and checks that its graph calls
 the fused ops and that it computes what the original does (eval mode, float64 reference).
 
-    /usr/bin/python3 check_rewritten.py LIBRARY ORIGINAL.pt REWRITTEN.pt [same-parameters]
+    python3 check_rewritten.py LIBRARY ORIGINAL.pt REWRITTEN.pt [same-parameters]
 """
 import sys
 

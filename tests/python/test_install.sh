@@ -5,7 +5,7 @@ set -eu
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 venv="$(mktemp -d)/venv"
 trap 'rm -rf "$(dirname "$venv")"' EXIT
-/usr/bin/python3 -m venv --system-site-packages "$venv"
+python3 -m venv --system-site-packages "$venv"
 OPFUSE_BUILD_DIR="$1" "$venv/bin/pip" install -q --no-build-isolation --no-index "$root/python"
 cd "$(dirname "$venv")"
 "$venv/bin/python" -c "

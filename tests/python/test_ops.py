@@ -1,6 +1,6 @@
 """The Python face of the opfuse operators: torch.ops.load_library, then torch.ops.opfuse.*.
 
-Runs with Debian's /usr/bin/python3 and python3-torch (the setup script installs both); the
+Runs with the project's venv python (torch from pip, scripts/setup.sh); the
 library path comes from OPFUSE_OPS_LIBRARY (set by CTest) or the default build folder.
 """
 import os
@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="this python3 has no torch: run with /usr/bin/python3 (python3-torch)")
+import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LIBRARY = os.environ.get("OPFUSE_OPS_LIBRARY", str(ROOT / "build" / "src" / "ops" / "libopfuse_ops.so"))

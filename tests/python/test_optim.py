@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="this python3 has no torch: run with /usr/bin/python3 (python3-torch)")
+import torch
 opfuse = pytest.importorskip("opfuse")
 from opfuse.optim import AdamW  # noqa: E402
 

@@ -2,7 +2,7 @@
 as x * sigmoid(x), a squeeze-and-excitation gate x * sigmoid(g), a residual; scripted and saved
 for `opfuse rewrite` and `opfuse tune --model FILE.pt`.
 
-    /usr/bin/python3 tiny_effnet.py OUT.pt
+    python3 tiny_effnet.py OUT.pt
 """
 import sys
 

@@ -4,7 +4,7 @@ embeddings given as input; scripted and saved for `opfuse tune --model FILE --lo
 With --tokens VOCAB, a language model instead: forward(token ids, a bool mask of the tokens to
 keep) → logits, for a model with two inputs, neither of them float.
 
-    /usr/bin/python3 tiny_gpt.py OUT.pt [--tokens VOCAB]
+    python3 tiny_gpt.py OUT.pt [--tokens VOCAB]
 """
 import math
 import sys

@@ -3,7 +3,7 @@ written three ways (llama2.c's `self._norm(x.float()).type_as(x) * self.weight`,
 LlamaRMSNorm, and without casts), each after a residual add but the first; scripted and saved for
 `opfuse rewrite` / `opfuse tune --model FILE --loss mse`.
 
-    /usr/bin/python3 tiny_llama.py OUT.pt
+    python3 tiny_llama.py OUT.pt
 """
 import sys
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!python3
 """Counts the pixels of one colour inside a box of a PNG screenshot (no PIL on the test machines:
 PNG is zlib-compressed scanlines, each behind a filter byte, so the standard library suffices).
 

@@ -44,12 +44,12 @@ box=$(echo "$figure" | attr data-box)
 echo "$box" | grep -qE '^[0-9]+,[0-9]+,[0-9]+,[0-9]+$' || fail "the figure reports no box: '$box'"
 
 shot timeline.html timeline.png
-lit=$(/usr/bin/python3 "$here/count_colour.py" timeline.png "$box" "$colour")
+lit=$(python3 "$here/count_colour.py" timeline.png "$box" "$colour")
 # 12 slices of at least 1 px by 13 px rows; far more in practice.
 [ "$lit" -ge 150 ] || fail "only $lit pixels of $colour inside the timeline ($box)"
 
 # The control: the same page with every slice's finding mark cleared must draw none of it there.
-/usr/bin/python3 - timeline.html timeline_plain.html <<'PY'
+python3 - timeline.html timeline_plain.html <<'PY'
 import json, re, sys
 page = open(sys.argv[1], encoding="utf-8").read()
 m = re.search(r'(<script type="application/json" id="analysis">)(.*?)(</script>)', page, re.S)
@@ -61,7 +61,7 @@ open(sys.argv[2], "w", encoding="utf-8").write(page[:m.start(2)] + text + page[m
 PY
 box_plain=$(drawn timeline_plain.html | grep -o '<figure class="timeline"[^>]*>' | attr data-box)
 shot timeline_plain.html timeline_plain.png
-plain=$(/usr/bin/python3 "$here/count_colour.py" timeline_plain.png "$box_plain" "$colour")
+plain=$(python3 "$here/count_colour.py" timeline_plain.png "$box_plain" "$colour")
 [ "$plain" -eq 0 ] || fail "$plain pixels of $colour in the timeline with no slice marked"
 
 # Two traces: two timelines, before and after, one time scale, and the page survives both.

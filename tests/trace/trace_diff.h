@@ -3,6 +3,7 @@
 #pragma once
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <string>
 #include <tuple>

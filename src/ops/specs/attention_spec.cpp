@@ -27,8 +27,8 @@ OpCase attention_case(const OpArgs& a) {
          const at::Tensor probs = torch::softmax(att.masked_fill(bias.slice(2, 0, T).slice(3, 0, T) == 0, -INFINITY), -1);
          return torch::matmul(torch::dropout(probs, p, true), v);
        }},
-      {"aten", "at::_scaled_dot_product_attention (torch 1.13's composite)",
-       [=] { return std::get<0>(at::_scaled_dot_product_attention(q, k, v, {}, p, false, true)); }},
+      {"aten", "F.scaled_dot_product_attention (causal; torch's flash kernel on CPU)",
+       [=] { return at::scaled_dot_product_attention(q, k, v, {}, p, true); }},
       {"opfuse", "opfuse::attention (tiled, causal)",
        [=] { return opfuse::attention(q, k, v, true, c10::nullopt, c10::nullopt, p); }}};
   // forward reads q, k, v and writes o; backward reads them, o and do, writes dq, dk, dv
