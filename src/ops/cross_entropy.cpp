@@ -120,7 +120,7 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_forward_cpu(const at::Tensor& l
 }
 
 // grad_logits ← grad_logits · grad, grad the loss's gradient: a scalar, or one per row.
-at::Tensor& cross_entropy_backward_cpu(at::Tensor& grad_logits, const at::Tensor& grad) {
+void cross_entropy_backward_cpu(at::Tensor& grad_logits, const at::Tensor& grad) {
   constexpr const char* op = "opfuse::cross_entropy_backward_";
   check_input(grad_logits, op, "grad_logits");
   check_input(grad, op, "grad");
@@ -131,7 +131,6 @@ at::Tensor& cross_entropy_backward_cpu(at::Tensor& grad_logits, const at::Tensor
     grad_logits.mul_(grad.unsqueeze(-1));
   else if (grad.item<double>() != 1)  // loss.backward()'s gradient of 1 would change no bit
     grad_logits.mul_(grad);
-  return grad_logits;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_cross_entropy_forward(
@@ -183,7 +182,7 @@ auto forward_op() {
   return op;
 }
 auto backward_op() {
-  static auto op = find_op<at::Tensor&(at::Tensor&, const at::Tensor&)>("opfuse::cross_entropy_backward_");
+  static auto op = find_op<void(at::Tensor&, const at::Tensor&)>("opfuse::cross_entropy_backward_");
   return op;
 }
 auto linear_op() {
@@ -207,7 +206,8 @@ at::Tensor scaled(at::Tensor saved, const at::Tensor& grad, const char* op) {
               ": double backward (create_graph=True) is not implemented: the forward keeps the gradient, not its inputs");
   if (!saved.defined()) return saved;
   if (torch::autograd::get_current_graph_task_keep_graph()) saved = saved.clone();
-  return backward_op().call(saved, grad);
+  backward_op().call(saved, grad);
+  return saved;
 }
 
 // Saves the gradient wrt the logits, never the log-probabilities.

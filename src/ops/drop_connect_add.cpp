@@ -54,11 +54,12 @@ at::Tensor drop_connect_add_cpu(const at::Tensor& x, const at::Tensor& residual,
   return std::get<0>(drop_connect_add_forward_cpu(x, residual, p, training));
 }
 
-// dx = dy · mask[n] / keep; an undefined mask (nothing was dropped) passes dy through.
+// dx = dy · mask[n] / keep; an undefined mask (nothing was dropped) passes a copy of dy through
+// (the schema promises a new tensor; the autograd Function passes dy itself without calling this).
 at::Tensor drop_connect_add_backward_cpu(const at::Tensor& grad, const c10::optional<at::Tensor>& mask, double p) {
   const char* op = "opfuse::drop_connect_add_backward";
   check_input(grad, op, "grad");
-  if (!mask.has_value() || !mask->defined()) return grad;
+  if (!mask.has_value() || !mask->defined()) return grad.clone();
   TORCH_CHECK(grad.dim() >= 1 && mask->dim() == 1 && mask->size(0) == grad.size(0) &&
                   mask->scalar_type() == grad.scalar_type(),
               op, ": mask must be [N] of grad's dtype for grad ", grad.sizes(), ", got ", mask->sizes());
@@ -103,8 +104,7 @@ class DropConnectAddFunction : public torch::autograd::Function<DropConnectAddFu
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     const at::Tensor mask = ctx->get_saved_variables()[0];
-    const at::Tensor dx = backward_op().call(grads[0], mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt,
-                                             ctx->saved_data["p"].toDouble());
+    const at::Tensor dx = mask.defined() ? backward_op().call(grads[0], mask, ctx->saved_data["p"].toDouble()) : grads[0];
     return {dx, grads[0], at::Tensor(), at::Tensor()};
   }
 };

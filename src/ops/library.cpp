@@ -52,12 +52,13 @@ TORCH_LIBRARY(opfuse, m) {
   // Cross entropy over rows of logits [..., classes] with a class index (int64) per row, as
   // F.cross_entropy(logits.view(-1, classes), target.view(-1), ...) (reduction 0 none, 1 mean,
   // 2 sum). _forward also returns the loss's gradient wrt the logits (for a loss gradient of 1),
-  // which _backward_ scales by the loss's gradient in place.
+  // which _backward_ scales by the loss's gradient in place (returning nothing, so that
+  // functionalization, torch.compile's, can take it).
   m.def("cross_entropy(Tensor logits, Tensor target, int ignore_index=-100, int reduction=1, "
         "float label_smoothing=0.0) -> Tensor");
   m.def("cross_entropy_forward(Tensor logits, Tensor target, int ignore_index, int reduction, "
         "float label_smoothing) -> (Tensor, Tensor)");
-  m.def("cross_entropy_backward_(Tensor(a!) grad_logits, Tensor grad) -> Tensor(a!)");
+  m.def("cross_entropy_backward_(Tensor(a!) grad_logits, Tensor grad) -> ()");
   // cross_entropy(h @ weight.T, target, ...) without the logits ever held whole; _forward also
   // returns grad_h and grad_weight (undefined where not asked for), each scaled by
   // cross_entropy_backward_ in the backward. Reduction mean or sum.

@@ -1,13 +1,21 @@
 #!/bin/sh
-# The README's install of the Python package, offline: a venv that sees Debian's torch, pip
-# without build isolation; then the package imports from outside the source tree and its ops run.
+# The README's install of the Python package into a user's own environment, offline: a plain venv
+# (no --system-site-packages, not the project's) that already holds torch, here the project's
+# torch made visible through a .pth file; pip install --no-build-isolation builds against that
+# torch (the build folder BUILD is reused: it was configured for the same torch). Then the package
+# imports from outside the source tree, its ops run and `python -m opfuse tune` answers.
 set -eu
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-venv="$(mktemp -d)/venv"
-trap 'rm -rf "$(dirname "$venv")"' EXIT
-python3 -m venv --system-site-packages "$venv"
-OPFUSE_BUILD_DIR="$1" "$venv/bin/pip" install -q --no-build-isolation --no-index "$root/python"
-cd "$(dirname "$venv")"
+build="$1"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+venv="$tmp/venv"
+python3 -m venv "$venv"
+torch_site="$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')"
+"$venv/bin/python" -c 'import site, sys; print(site.getsitepackages()[0])' > "$tmp/site"
+echo "$torch_site" > "$(cat "$tmp/site")/users_torch.pth"
+OPFUSE_BUILD_DIR="$build" "$venv/bin/pip" install -q --no-build-isolation --no-index --no-deps "$root/python"
+cd "$tmp"
 "$venv/bin/python" -c "
 import opfuse, torch
 assert opfuse._C.__file__.startswith('$venv'), opfuse._C.__file__

@@ -29,24 +29,10 @@ void per_tensor_step(const Group& s) {
   }
 }
 
-// torch.optim.AdamW(foreach=True)'s _multi_tensor_adamw.
-void foreach_step(const Group& s) {
+// torch.optim.AdamW(fused=True): the steps counted, then ATen's one fused kernel (CPU since 2.4).
+void fused_step(const Group& s) {
   at::_foreach_add_(s.steps, 1);
-  at::_foreach_mul_(s.p, 1 - lr * wd);
-  at::_foreach_mul_(s.m, beta1);
-  at::_foreach_add_(s.m, s.g, 1 - beta1);
-  at::_foreach_mul_(s.v, beta2);
-  at::_foreach_addcmul_(s.v, s.g, s.g, 1 - beta2);
-  std::vector<at::Scalar> step_size, bias_correction2_sqrt;
-  for (const at::Tensor& step : s.steps) {
-    const double t = step.item<double>();
-    step_size.push_back(-lr / (1 - std::pow(beta1, t)));
-    bias_correction2_sqrt.push_back(std::sqrt(1 - std::pow(beta2, t)));
-  }
-  std::vector<at::Tensor> denom = at::_foreach_sqrt(s.v);
-  at::_foreach_div_(denom, bias_correction2_sqrt);
-  at::_foreach_add_(denom, eps);
-  at::_foreach_addcdiv_(s.p, s.m, denom, step_size);
+  at::_fused_adamw_(s.p, s.g, s.m, s.v, {}, s.steps, lr, beta1, beta2, wd, eps, false, false);
 }
 
 // shapes: one per parameter tensor.
@@ -67,8 +53,8 @@ OpCase adamw_case(const OpArgs& a) {
   c.shape = parameter_set_name(a.shapes);
   c.variants = {{"reference", "torch.optim.AdamW(foreach=False): per tensor mul_, add_, addcmul_, sqrt, div, addcdiv_",
                  {}, [group] { per_tensor_step(*group); }},
-                {"aten", "torch.optim.AdamW(foreach=True): _foreach_mul_, _add_, _addcmul_, _sqrt, _div_, _addcdiv_",
-                 {}, [group] { foreach_step(*group); }},
+                {"aten", "torch.optim.AdamW(fused=True): _foreach_add_ on the steps, _fused_adamw_", {},
+                 [group] { fused_step(*group); }},
                 {"opfuse", "opfuse::adamw_ (one call, one pass)", {},
                  [group] { opfuse::adamw_(group->p, group->g, group->m, group->v, group->steps, lr, beta1, beta2, eps, wd); }}};
   // reads p, g, m, v; writes p, m, v

@@ -23,8 +23,8 @@ OpCase add_rms_norm_case(const OpArgs& a) {
          const at::Tensor h = x + r, hf = h.to(accumulation_type(h));
          return (hf * torch::rsqrt(hf.pow(2).mean(-1, true) + kEps)).type_as(h) * w;
        }},
-      {"aten", "torch::layer_norm(x + residual) (the nearest ATen ops)",
-       [=] { return torch::layer_norm(x + r, {d}, w, {}, kEps); }},
+      {"aten", "F.rms_norm(x + residual) (at::rms_norm, torch 2.4+)",
+       [=] { return at::rms_norm(x + r, {d}, w, kEps); }},
       {"opfuse", "opfuse::add_rms_norm", [=] { return std::get<0>(opfuse::add_rms_norm(x, r, w, kEps)); }}};
   // forward reads x and residual, writes h and y; backward reads dy and h, writes dx (which is
   // also residual's gradient). Not counted: x and residual are both leaves here, so torch's

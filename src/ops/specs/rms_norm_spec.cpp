@@ -21,7 +21,7 @@ OpCase rms_norm_case(const OpArgs& a) {
          const at::Tensor xf = x.to(accumulation_type(x));
          return (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + kEps)).type_as(x) * w;
        }},
-      {"aten", "torch::layer_norm (the nearest single ATen op)", [=] { return torch::layer_norm(x, {d}, w, {}, kEps); }},
+      {"aten", "F.rms_norm (at::rms_norm, torch 2.4+)", [=] { return at::rms_norm(x, {d}, w, kEps); }},
       {"opfuse", "opfuse::rms_norm", [=] { return opfuse::rms_norm(x, w, kEps); }}};
   // forward reads x and writes y; backward reads dy and x, writes dx (w and rstd are small)
   c.bytes_per_step = 5.0 * x.numel() * x.element_size();
