@@ -347,8 +347,8 @@ def _is_causal(mask, T, S, additive):
     keeps its diagonal, so exp(lowest − max) is 0 as exp(−inf) is. Remembered per mask memory
     and version (the cache holds the tensor, so its memory cannot be reused for another mask
     meanwhile)."""
-    if mask.dim() < 2 or mask.shape[-2:] != (T, S):
-        return False
+    if mask.dim() < 2 or mask.shape[-2:] != (T, S) or torch.compiler.is_compiling():
+        return False  # under torch.compile: reading the mask's values would break the graph
     key = (mask.data_ptr(), tuple(mask.shape), tuple(mask.stride()), mask.dtype, mask._version, additive)
     if key not in _causal_masks:
         if len(_causal_masks) > 64:

@@ -527,9 +527,9 @@ def _state_of(module):
     """What a graph that asked dtypes or devices also depends on beyond its arguments: the dtypes
     and devices of the module's parameters and buffers (model.bfloat16(), `self.dtype`) and
     autocast's state."""
-    held = {(t.dtype, t.device) for t in itertools.chain(module.parameters(), module.buffers())}
-    autocast = (torch.is_autocast_enabled(), torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype())
-    return tuple(sorted(held, key=str)), autocast
+    held = dict.fromkeys((t.dtype, t.device) for t in itertools.chain(module.parameters(), module.buffers()))
+    autocast = (torch.is_autocast_enabled(), torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+    return tuple(held), autocast  # in the module's own order, which torch.compile can trace
 
 
 class _Specialisation:
@@ -553,6 +553,12 @@ class _Specialisation:
         twin = copy.copy(self)
         twin.graphs, twin.code = graphs, {}
         return twin
+
+    def compile_all(self):
+        """Makes the forward of every graph now, in eager code: torch.compile can call it, not make it."""
+        for training in self.graphs:
+            self.compiled(training)
+        return self
 
     def compiled(self, training):
         if training not in self.code:
@@ -639,7 +645,7 @@ class FusedForward:
             pattern = _compiled_pattern(*source)
             for graph in graphs.values():
                 pattern.rewrite(graph, ctx)
-        self.specialisations.append(kept)
+        self.specialisations.append(kept.compile_all())
         return kept
 
     def rewrite(self, patterns, ctx):
@@ -652,6 +658,7 @@ class FusedForward:
             self.kinds |= ctx.matched
             for s in self.specialisations:
                 s.code = {}
+                s.compile_all()
         return replaced
 
     @staticmethod
@@ -673,6 +680,12 @@ class FusedForward:
             return held[0]
 
         found = next((s for s in self.specialisations if s.fits(flat, state)), None)
+        if torch.compiler.is_compiling():
+            # torch.compile traces the rewritten forward it finds made (an eager call made it), and
+            # the original one otherwise: tracing and rewriting inside its trace would break it
+            if found is None or m.training not in found.code:
+                return type(m).forward(m, *args, **kwargs)
+            return found.code[m.training](m, *self._graph_arguments(flat))
         if found is None:
             found = self._specialise_call(flat)
         if found is not None:
@@ -705,7 +718,7 @@ class FusedForward:
         twin.__dict__.update(self.__dict__)
         twin.module = copy.deepcopy(self.module, memo)
         twin.patterns, twin.kinds, twin.failures = list(self.patterns), set(self.kinds), list(self.failures)
-        twin.specialisations = [s.with_graphs({k: copy.deepcopy(g, memo) for k, g in s.graphs.items()})
+        twin.specialisations = [s.with_graphs({k: copy.deepcopy(g, memo) for k, g in s.graphs.items()}).compile_all()
                                 for s in self.specialisations]
         return twin
 

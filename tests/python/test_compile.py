@@ -1,7 +1,8 @@
 """torch.compile takes opfuse-tuned models whole: the test models (EfficientNet's memory-efficient
 Swish, the Llama-style stack) patched by opfuse compile with fullgraph=True (zero graph breaks)
-and give the eager tuned model's outputs and every gradient, in float64, where only the order of
-sums may differ."""
+and give the eager tuned model's outputs and every gradient in the model's own float32, within
+1e-4 of each tensor's largest magnitude (compile reorders sums; a wrong fake kernel or a lost
+rewrite misses by far more)."""
 import os
 import sys
 
@@ -14,21 +15,26 @@ import llama  # noqa: E402
 
 import opfuse  # noqa: E402
 
-# float64 from both sides: a rewrite or a fake kernel that is wrong misses by far more.
-TOLERANCE = 1e-9
+TOLERANCE = 1e-4
 
 
 def small_efficientnet():
-    return efficientnet.factory(image_size=32, batch_size=2, num_classes=10)
+    """Without dropout or drop connect: compiled code draws its random numbers from its own
+    generator, so only a model without them can be compared draw for draw. 64 px, 8 images: at
+    32 px and 2 images the last BatchNorms normalise two values a channel, so ill-conditioned that
+    compile's reordered sums alone move the unpatched model's output by 8 %."""
+    model, inputs, loss_fn = efficientnet.factory(image_size=64, batch_size=8, num_classes=10)
+    model.drop_connect_rate, model._dropout.p = 0.0, 0.0
+    return model, inputs, loss_fn
 
 
 def small_llama():
     return llama.factory(batch_size=2, seq_len=16, vocab_size=64)
 
 
-def outputs_and_grads(model, inputs, loss_fn):
+def outputs_and_grads(run, model, inputs, loss_fn):
     model.zero_grad(set_to_none=True)
-    out = model(*inputs)
+    out = run(*inputs)
     loss_fn(out).backward()
     return out.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
@@ -44,18 +50,16 @@ def test_tuned_model_compiles_whole_and_matches_eager(factory, expected):
     model.train()
     done = dict(opfuse.patch(model, inputs, loss_fn))
     assert expected <= set(done), done
-    model = model.double()
-    inputs = tuple(x.double() if x.is_floating_point() else x for x in inputs)
 
     explanation = torch._dynamo.explain(model)(*inputs)
     assert explanation.graph_break_count == 0, explanation.break_reasons
+    traced = {str(n.target) for g in explanation.graphs for n in g.graph.nodes if n.op == "call_function"}
+    assert any(t.startswith("opfuse.") for t in traced), sorted(traced)  # the fused forward, not the original
 
     torch._dynamo.reset()
     compiled = torch.compile(model, fullgraph=True)
-    torch.manual_seed(0)
-    want_out, want_grads = outputs_and_grads(model, inputs, lambda out: loss_fn(out).double())
-    torch.manual_seed(0)
-    got_out, got_grads = outputs_and_grads(compiled, inputs, lambda out: loss_fn(out).double())
+    want_out, want_grads = outputs_and_grads(model, model, inputs, loss_fn)
+    got_out, got_grads = outputs_and_grads(compiled, model, inputs, loss_fn)
     assert relative_error(got_out, want_out) < TOLERANCE
     assert got_grads.keys() == want_grads.keys()
     for name, want in want_grads.items():
