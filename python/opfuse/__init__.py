@@ -11,6 +11,7 @@ The loop, the analysis and the profiler are opfuse's C++ core (opfuse._C), the s
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -18,7 +19,7 @@ from . import _native
 
 _C = _native.load(__path__)
 
-from . import distributed, fakes, functional, nn, optim, rewrite  # noqa: E402
+from . import compile_peer, distributed, fakes, functional, nn, optim, rewrite  # noqa: E402
 from .workload import make as _make_workload  # noqa: E402
 
 __all__ = ["tune", "patch", "profile", "analyze", "environment", "TuneResult", "Analysis", "functional", "nn", "optim"]
@@ -180,7 +181,7 @@ def environment():
 
 def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules=False, out=None, force=False,
          min_gain=0.02, steps=3, rounds=5, max_rounds=20, keep_inconclusive=False, warmup=2, profile_steps=2, seed=0,
-         threads=0, measure_ops=True, quiet=False, group=None):
+         threads=0, measure_ops=True, quiet=False, group=None, compare_compile=False):
     """Profiles training steps of `model`, finds the chains the rules name, replaces each on a copy
     with a fused op, verifies outputs and every gradient (float64 and float32), measures baseline
     and rewrites alternating in paired rounds, and keeps what verified and whose gain's 95%
@@ -201,6 +202,9 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
                long as the slowest rank's, samples counted over all ranks. Traces are
                rank{r}.baseline.trace.json; rank 0 writes the report. `model` may be a
                DistributedDataParallel: its module is tuned and the result rewrapped alike.
+    compare_compile: also measure the baseline and the tuned model under torch.compile, all four in
+               the same paired rounds, with each compiled variant's time to be ready (report.json's
+               "compile", and a table in the text)
     """
     for name, value in (("steps", steps), ("rounds", rounds), ("profile_steps", profile_steps)):
         if value < 1:
@@ -233,6 +237,9 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
     options = dict(out_dir=folder, steps=steps, rounds=rounds, max_rounds=max_rounds, warmup=warmup,
                    profile_steps=profile_steps, min_gain=min_gain, keep_inconclusive=keep_inconclusive, seed=seed,
                    threads=threads, measure_ops=measure_ops)
+    if compare_compile and ranks is not None:
+        raise ValueError("compare_compile measures one process; run it without torch.distributed")
+    started = time.perf_counter()
     try:
         got = _C.tune(pristine, rule_list, options, report.stage, report.progress)
     except distributed.RankFailed:
@@ -241,8 +248,14 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
         if ranks is None:
             raise
         raise distributed.RankFailed(ranks.diagnose(e)) from e  # a DDP step failed: a rank has gone
+    tune_seconds = time.perf_counter() - started
     data = json.loads(got["json"])
     data["where"] = "python"
+    peer_text = ""
+    if compare_compile:
+        report.stage("measuring eager, opfuse, torch.compile and opfuse + torch.compile together")
+        data["compile"], peer_text = compile_peer.compare(_C, pristine, got["tuned"], steps, rounds, warmup,
+                                                          tune_seconds)
     data["not_traced"] = pristine.not_traced
     tuned = got["tuned"]
     tuned_model = tuned.model if tuned is not None else pristine.model
@@ -254,7 +267,8 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
         _write(os.path.join(folder, "report.html"), got["html"])
     if ddp_settings is not None:
         tuned_model = ranks.wrap(tuned_model, ddp_settings)
-    result = TuneResult(data, tuned_model, got["analysis_text"] + got["text"], pristine.not_traced, tuned_optimizer)
+    text = got["analysis_text"] + got["text"] + ("\n" + peer_text if peer_text else "")
+    result = TuneResult(data, tuned_model, text, pristine.not_traced, tuned_optimizer)
     result.out = folder
     if not quiet:
         print(result.text + f"\nwrote {folder}/report.json, report.html and the traces", file=sys.stderr)

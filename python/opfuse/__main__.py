@@ -45,6 +45,8 @@ def main(argv=None):
     t.add_argument("--profile-steps", type=int, default=2)
     t.add_argument("--threads", type=int, default=0, help="intra-op threads (0: all cores)")
     t.add_argument("--json", help="also write report.json's content to FILE")
+    t.add_argument("--compare-compile", action="store_true",
+                   help="also measure the baseline and the tuned model under torch.compile, in the same rounds")
     t.add_argument("--nproc", type=int, default=1,
                    help="ranks on this machine, started by torch's launcher (torch.distributed.run), Gloo between them")
     t.add_argument("--timeout", type=float, default=600,
@@ -74,7 +76,7 @@ def main(argv=None):
                              no_default_rules=args.no_default_rules, out=args.out, force=args.force,
                              min_gain=args.min_gain, steps=args.steps, rounds=args.rounds,
                              max_rounds=args.max_rounds, keep_inconclusive=args.keep_inconclusive, warmup=args.warmup,
-                             profile_steps=args.profile_steps)
+                             profile_steps=args.profile_steps, compare_compile=args.compare_compile)
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"opfuse: {e}", file=sys.stderr)
         return 2

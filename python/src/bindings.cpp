@@ -296,6 +296,32 @@ PYBIND11_MODULE(_C, m) {
       py::arg("baseline"), py::arg("candidate"), py::arg("seed"),
       "tune's verification of candidate against baseline (float64 and float32, outputs, gradients and "
       "optimizer updates): (passed, float64 error, float32 error, why it failed)");
+  m.def(
+      "interleave",
+      [](const std::vector<std::shared_ptr<Workload>>& workloads, int steps, int rounds, int warmup) {
+        opfuse::measure::Options options;
+        options.rounds = rounds, options.warmup = warmup;
+        std::vector<opfuse::measure::Run> runs;
+        for (const auto& w : workloads) runs.push_back(opfuse::measure::per_step([w] { return w->step(); }, steps));
+        opfuse::measure::Measurement got;
+        {
+          py::gil_scoped_release no_gil;  // as in tune: the workloads take it for their Python half
+          got = opfuse::measure::interleave(runs, options);
+        }
+        py::list variants;
+        for (size_t i = 0; i < got.variants.size(); ++i) {
+          const auto& s = got.variants[i];
+          const auto r = opfuse::measure::ratio(got, 0, i);
+          variants.append(py::dict(py::arg("ms") = s.median, py::arg("ms_ci") = py::make_tuple(s.ci.lo, s.ci.hi),
+                                   py::arg("ms_rounds") = s.ms, py::arg("speedup_vs_first") = r.estimate,
+                                   py::arg("speedup_vs_first_ci") = py::make_tuple(r.ci.lo, r.ci.hi)));
+        }
+        return py::dict(py::arg("variants") = variants, py::arg("rounds") = got.rounds,
+                        py::arg("machine_busy") = got.machine.busy, py::arg("machine_warning") = got.machine.warning);
+      },
+      py::arg("workloads"), py::arg("steps"), py::arg("rounds"), py::arg("warmup"),
+      "tune's measurement of workloads' training steps, interleaved in paired rounds: each one's ms per "
+      "step (median and interval) and its speed-up over the first (paired ratio and interval)");
   m.def("environment", [] { return opfuse::report::environment_json(opfuse::measure::environment()).dump(); },
         "what measured figures depend on (BLAS, threads, CPU path, LibTorch) as JSON");
   m.def("analyze", &analyze_paths, py::arg("paths"), py::arg("rules"), py::arg("measure") = false, py::arg("top") = 15);

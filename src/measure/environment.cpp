@@ -34,6 +34,13 @@ std::string describe_blas(const std::string& path) {
   if (auto config = reinterpret_cast<Config>(dlsym(RTLD_DEFAULT, "openblas_get_config")))
     if (path.find("openblas") != std::string::npos) return fmt::format("{} ({})", config(), path);
   if (is_reference(path)) return fmt::format("reference BLAS, netlib ({})", path);
+  // pip's torch links MKL into libtorch_cpu and exports its entry points.
+  using MklVersion = void (*)(char*, int);
+  if (auto version = reinterpret_cast<MklVersion>(dlsym(RTLD_DEFAULT, "MKL_Get_Version_String"))) {
+    char text[256] = {};
+    version(text, sizeof text - 1);
+    return fmt::format("{} ({})", text, path);
+  }
   return path;
 }
 

@@ -41,7 +41,9 @@ void forward_impl(const at::Tensor& x, const at::Tensor& residual, const at::Ten
   using A = at::opmath_type<T>;
   const T *xp = x.data_ptr<T>(), *rp = residual.data_ptr<T>(), *mp = mask.data_ptr<T>();
   T* op = out.data_ptr<T>();
-  const A k = A(T(keep));  // the composite divides by keep rounded to the tensor's dtype
+  // The composite divides by keep in the op-math type (torch 2.x's division of a bfloat16 tensor
+  // by a scalar keeps the scalar in float; torch 1.13 rounded it to bfloat16 first).
+  const A k = A(keep);
   for_samples(x.numel(), x.numel() / x.size(0), [&](int64_t at, int64_t len, int64_t n) {
     OPFUSE_ON_PATH(T, forward_run, (xp + at, rp + at, k, A(mp[n]), op + at, len));
   });
@@ -52,7 +54,7 @@ void backward_impl(const at::Tensor& dy, const at::Tensor& mask, double keep, at
   using A = at::opmath_type<T>;
   const T *dyp = dy.data_ptr<T>(), *mp = mask.data_ptr<T>();
   T* dxp = dx.data_ptr<T>();
-  const A k = A(T(keep));
+  const A k = A(keep);
   for_samples(dy.numel(), dy.numel() / dy.size(0), [&](int64_t at, int64_t len, int64_t n) {
     OPFUSE_ON_PATH(T, backward_run, (dyp + at, k, A(mp[n]), dxp + at, len));
   });

@@ -1,0 +1,79 @@
+"""torch.compile as the peer of every tune: the baseline and the tuned model, each eager and under
+torch.compile, measured in the same interleaved paired rounds (tune's measurement), with the time
+each compiled variant took to be ready (its first steps, which compile) and compile's reason where
+it cannot take a model."""
+import random
+import statistics
+import time
+
+import torch
+
+VARIANTS = ("eager", "opfuse", "compile", "opfuse + compile")
+
+
+def _compiled(workload, warmup):
+    """A copy of the workload whose model runs under torch.compile, its first `warmup` steps (where
+    compilation happens) timed, or the error compile raised."""
+    twin = workload.clone()
+    twin.model = torch.compile(twin.model)
+    start = time.perf_counter()
+    try:
+        for _ in range(max(1, warmup)):
+            twin.step()
+    except Exception as e:  # compile's failure on this model is the finding, not a crash
+        return None, None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return twin, time.perf_counter() - start, None
+
+
+def compare(native, baseline, tuned, steps, rounds, warmup, tune_seconds):
+    """The four variants measured together: JSON-ready dict and a text table."""
+    tuned = tuned if tuned is not None else baseline
+    compiled, tuned_compiled = _compiled(baseline, warmup), _compiled(tuned, warmup)
+    workloads = [baseline, tuned] + [w for w, _, _ in (compiled, tuned_compiled) if w is not None]
+    got = native.interleave(workloads, steps, rounds, warmup)
+    measured = iter(got["variants"])
+    rows = []
+    for name, (workload, ready, error) in zip(VARIANTS, [(baseline, None, None), (tuned, tune_seconds, None),
+                                                         compiled, tuned_compiled]):
+        row = {"variant": name, "ready_s": ready, "error": error}
+        if workload is not None:
+            row.update(next(measured))
+        rows.append(row)
+    by_name = {r["variant"]: r for r in rows}
+    result = {"variants": rows, "rounds": got["rounds"], "threads": torch.get_num_threads(),
+              "machine_busy": got["machine_busy"], "machine_warning": got["machine_warning"],
+              "opfuse_compile_vs_compile": _paired(by_name, "compile", "opfuse + compile")}
+    return result, _table(result)
+
+
+def _paired(by_name, base, other):
+    """other's speed-up over base: the median of the paired rounds' ratios, with a percentile
+    bootstrap interval of that median (as tune's ratios)."""
+    b, o = by_name[base], by_name[other]
+    if "ms" not in b or "ms" not in o:
+        return None
+    ratios = [x / y for x, y in zip(b["ms_rounds"], o["ms_rounds"])]
+    draw = random.Random(0)
+    medians = sorted(statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(2000))
+    return {"estimate": statistics.median(ratios), "ci": (medians[50], medians[1949])}
+
+
+def _table(result):
+    lines = [f"torch.compile beside the tune ({result['rounds']} paired rounds, {result['threads']} threads):",
+             f"  {'variant':<18} {'ms/step':>9} {'95% interval':>19} {'vs eager':>9} {'interval':>17} {'ready':>9}"]
+    for r in result["variants"]:
+        if "ms" not in r:
+            lines.append(f"  {r['variant']:<18} not measured: {r['error']}")
+            continue
+        lo, hi = r["ms_ci"]
+        slo, shi = r["speedup_vs_first_ci"]
+        ready = f"{r['ready_s']:.1f} s" if r["ready_s"] is not None else "-"
+        lines.append(f"  {r['variant']:<18} {r['ms']:9.2f} [{lo:8.2f}, {hi:8.2f}] {r['speedup_vs_first']:8.3f}x "
+                     f"[{slo:6.3f}, {shi:6.3f}] {ready:>9}")
+    paired = result["opfuse_compile_vs_compile"]
+    if paired is not None:
+        lines.append(f"  opfuse + compile vs compile alone: {paired['estimate']:.3f}x "
+                     f"[{paired['ci'][0]:.3f}, {paired['ci'][1]:.3f}]")
+    if result["machine_busy"]:
+        lines.append(f"  warning: {result['machine_warning']}")
+    return "\n".join(lines)
