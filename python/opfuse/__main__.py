@@ -96,7 +96,7 @@ def launch(nproc, argv):
     import socket
     import tempfile
     import uuid
-    from torch.distributed.elastic.multiprocessing import Std
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -106,10 +106,10 @@ def launch(nproc, argv):
     # The agent's per-rank folders (error files) go to a folder removed when the job ends: left
     # to itself it makes a /tmp/torchelastic_* folder per run and never removes it.
     with tempfile.TemporaryDirectory(prefix="opfuse-launch-") as log_dir:
-        # Std.NONE given as such: torch 1.13's own flag parsing of "--redirects 0" fails on Python 3.11.
+        logs = DefaultLogsSpecs(log_dir=log_dir, redirects=Std.NONE, tee=Std.NONE)
         config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
                               rdzv_backend="c10d", rdzv_endpoint=f"localhost:{port}", max_restarts=0,
-                              monitor_interval=1, redirects=Std.NONE, tee=Std.NONE, log_dir=log_dir)
+                              monitor_interval=1, logs_specs=logs)
         try:
             elastic_launch(config, sys.executable)("-m", "opfuse", *argv)
         except ChildFailedError as e:

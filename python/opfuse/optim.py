@@ -29,7 +29,7 @@ class AdamW(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
-                 maximize=False, foreach=None, capturable=False):
+                 maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
         if not 0.0 <= lr:
             raise ValueError(f"Invalid learning rate: {lr}")
         if not 0.0 <= eps:
@@ -42,9 +42,13 @@ class AdamW(torch.optim.Optimizer):
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if amsgrad:
             raise ValueError("opfuse.optim.AdamW: amsgrad is not supported (use torch.optim.AdamW for it)")
-        # foreach and capturable are kept only so param_groups match torch's key for key.
+        if differentiable:
+            raise ValueError("opfuse.optim.AdamW: differentiable is not supported (use torch.optim.AdamW for it)")
+        # foreach, capturable, fused and decoupled_weight_decay (torch 2.x's AdamW is Adam with it
+        # on) are kept only so param_groups match torch's key for key; the step is always fused.
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, foreach=foreach,
-                        maximize=maximize, capturable=capturable)
+                        maximize=maximize, capturable=capturable, differentiable=differentiable, fused=fused,
+                        decoupled_weight_decay=True)
         super().__init__(params, defaults)
 
     def __setstate__(self, state):
@@ -54,6 +58,9 @@ class AdamW(torch.optim.Optimizer):
             group.setdefault("maximize", False)
             group.setdefault("foreach", None)
             group.setdefault("capturable", False)
+            group.setdefault("differentiable", False)
+            group.setdefault("fused", None)
+            group.setdefault("decoupled_weight_decay", True)
         for s in self.state.values():  # checkpoints of torch < 1.12 hold the step as a number
             if "step" in s and not torch.is_tensor(s["step"]):
                 s["step"] = torch.tensor(float(s["step"]))
