@@ -3,6 +3,7 @@ Swish, the Llama-style stack) patched by opfuse compile with fullgraph=True (zer
 and give the eager tuned model's outputs and every gradient in the model's own float32, within
 1e-4 of the tensor's largest magnitude plus the largest of all, as the verifier allows (compile reorders sums; a wrong fake kernel or a lost
 rewrite misses by far more)."""
+import json
 import os
 import sys
 
@@ -68,3 +69,28 @@ def test_tuned_model_compiles_whole_and_matches_eager(factory, expected):
     assert got_grads.keys() == want_grads.keys()
     for name, want in want_grads.items():
         assert relative_error(got_grads[name], want, floor) < TOLERANCE, name
+
+
+class Swish(torch.nn.Module):
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+
+def test_tune_measures_torch_compile_beside_it(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), Swish(), torch.nn.Linear(256, 8))
+    x = torch.randn(32, 64)
+    result = opfuse.tune(model, (x,), lambda out: out.square().mean(), out=str(tmp_path / "run"), steps=1, rounds=2,
+                         warmup=1, profile_steps=1, min_gain=-1, quiet=True, measure_ops=False, compare_compile=True)
+    peer = result.to_json()["compile"]
+    assert [v["variant"] for v in peer["variants"]] == ["eager", "opfuse", "compile", "opfuse + compile"]
+    for v in peer["variants"]:
+        assert v["error"] is None and v["ms"] > 0 and v["ms_ci"][0] <= v["ms"] <= v["ms_ci"][1], v
+        assert len(v["ms_rounds"]) == peer["rounds"] >= 2
+    assert peer["variants"][0]["speedup_vs_first"] == 1
+    assert all(v["ready_s"] > 0 for v in peer["variants"][1:])  # tune's time, then compile's first steps
+    paired = peer["opfuse_compile_vs_compile"]
+    assert paired["ci"][0] <= paired["estimate"] <= paired["ci"][1]
+    assert "torch.compile beside the tune" in result.text
+    saved = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert saved["compile"]["variants"][3]["variant"] == "opfuse + compile"
