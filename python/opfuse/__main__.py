@@ -87,6 +87,11 @@ def main(argv=None):
         import json
         with open(args.json, "w") as f:
             json.dump(result.to_json(), f, indent=2)
+    if ranks:
+        # Every rank leaves together: rank 0 holds the rendezvous store, and a rank still using it
+        # when rank 0 exits aborts in torch 2.x's store thread ("terminate called ...").
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     return 0 if any(r.verified for r in result.replacements) else 1
 
 
