@@ -2,22 +2,13 @@
 schema's mutation and aliasing claims, the autograd registration, the fake (meta) kernels and AOT
 dispatch with dynamic shapes, each on a few small sample calls (contiguous and strided inputs).
 """
-import os
-import pathlib
-
 import pytest
 
 import torch
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-LIBRARY = os.environ.get("OPFUSE_OPS_LIBRARY", str(ROOT / "build" / "src" / "ops" / "libopfuse_ops.so"))
-
 
 @pytest.fixture(scope="module", autouse=True)
-def load_ops():
-    if not os.path.exists(LIBRARY):
-        pytest.fail(f"{LIBRARY}: not built (run scripts/build.sh first)")
-    torch.ops.load_library(LIBRARY)
+def load_ops(ops_library):
     import opfuse  # noqa: F401  (registers the ops' fake kernels, python/opfuse/fakes.py)
 
 

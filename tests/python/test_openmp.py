@@ -6,9 +6,6 @@ import pathlib
 
 import torch
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-BUILD = pathlib.Path(os.environ.get("OPFUSE_BUILD_DIR", ROOT / "build"))
-LIBRARY = os.environ.get("OPFUSE_OPS_LIBRARY", str(BUILD / "src" / "ops" / "libopfuse_ops.so"))
 TORCH_LIB = pathlib.Path(torch.__file__).resolve().parent / "lib"
 
 
@@ -19,8 +16,7 @@ def openmp_runtimes(maps_text):
     return {os.path.realpath(p) for p in paths if any(n in os.path.basename(p) for n in names)}
 
 
-def test_python_process_maps_torchs_libgomp_only():
-    torch.ops.load_library(LIBRARY)
+def test_python_process_maps_torchs_libgomp_only(ops_library):
     import opfuse  # noqa: F401  (its compiled core links the op library and the rest of opfuse)
     x = torch.randn(1 << 22)
     with torch.no_grad():

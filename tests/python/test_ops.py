@@ -3,22 +3,11 @@
 Runs with the project's venv python (torch from pip, scripts/setup.sh); the
 library path comes from OPFUSE_OPS_LIBRARY (set by CTest) or the default build folder.
 """
-import os
-import pathlib
-
 import pytest
 
 import torch
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-LIBRARY = os.environ.get("OPFUSE_OPS_LIBRARY", str(ROOT / "build" / "src" / "ops" / "libopfuse_ops.so"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def load_ops():
-    if not os.path.exists(LIBRARY):
-        pytest.fail(f"{LIBRARY}: not built (run scripts/build.sh first)")
-    torch.ops.load_library(LIBRARY)
+pytestmark = pytest.mark.usefixtures("ops_library")
 
 
 def test_silu_forward_and_backward_match_float64():
