@@ -76,9 +76,10 @@ struct Verdict {
 enum class Decision { kept, rolled_back, inconclusive };
 const char* decision_name(Decision d);  // "kept" | "rolled back" | "inconclusive"
 
-// Kept when the whole interval is at or above min_gain, rolled back when it is below, otherwise
-// inconclusive; min_gain ≤ −1 keeps everything.
-Decision decide(const measure::Interval& gain, double min_gain);
+// Kept when the whole interval is at or above min_gain, or when it lies above zero and the median
+// clears min_gain (a real gain is not thrown away for its interval's width); rolled back when the
+// interval lies below min_gain; otherwise inconclusive. min_gain ≤ −1 keeps everything.
+Decision decide(double gain, const measure::Interval& ci, double min_gain);
 
 struct Replacement {
   std::string rule, rewrite;
@@ -90,6 +91,7 @@ struct Replacement {
   int rounds = 0;   // paired rounds behind the interval
   Decision decision = Decision::rolled_back;
   bool kept = false;
+  bool kept_as_group = false;  // inconclusive alone, kept because the inconclusive ones together cleared min_gain
   // The analysis' saving for the rule as a gain of the measured step, when it made one, and
   // whether the measured interval excludes it.
   double estimated_gain = 0;

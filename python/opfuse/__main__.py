@@ -87,12 +87,24 @@ def main(argv=None):
         import json
         with open(args.json, "w") as f:
             json.dump(result.to_json(), f, indent=2)
+    code = 0 if any(r.verified for r in result.replacements) else 1
     if ranks:
-        # Every rank leaves together: rank 0 holds the rendezvous store, and a rank still using it
-        # when rank 0 exits aborts in torch 2.x's store thread ("terminate called ...").
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
-    return 0 if any(r.verified for r in result.replacements) else 1
+        leave_together(result)
+    return code
+
+
+def leave_together(result):
+    """Every rank leaves together, holding nothing of the process group. The tuned model's
+    DistributedDataParallel keeps the group alive past destroy_process_group; freed later, during
+    the interpreter's shutdown, Gloo's threads abort the rank ("terminate called without an
+    active exception"). So the model goes first, then the group, while Python is whole."""
+    import gc
+    import torch
+    result.model = None
+    gc.collect()
+    torch.distributed.barrier()  # rank 0 holds the rendezvous store: no rank may still use it
+    torch.distributed.destroy_process_group()
+    gc.collect()
 
 
 def launch(nproc, argv):

@@ -351,7 +351,7 @@ constexpr std::string_view kPage = R"page(<!doctype html>
       attrs: { class: "replacement", "data-rule": str(r.rule), "data-kept": String(!!r.kept), "data-decision": str(r.decision) },
       cells: [str(r.rule), str(r.rewrite), r.verified ? "yes" : "no", isNum(r.max_rel_error) ? r.max_rel_error.toExponential(1) : "–",
         gainText(r.gain, r.gain_ci), isNum(r.rounds) && r.measured ? count(r.rounds) : "–",
-        r.measured ? str(r.decision) : r.kept ? "kept" : "rolled back",
+        r.kept_as_group ? "kept (group)" : r.measured ? str(r.decision) : r.kept ? "kept" : "rolled back",
         str(r.why) + (r.estimate_disagrees ? ` (the analysis estimated ${signedPct(r.estimated_gain)})` : "")],
     }));
     s.append(el("h3", {}, "Replacements"), table([{ title: "rule" }, { title: "rewrite" }, { title: "verified" },

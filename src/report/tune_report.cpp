@@ -61,6 +61,7 @@ std::string gain_cell(const Replacement& r) { return r.measured ? format_gain(r.
 
 std::string result_cell(const Replacement& r) {
   if (!r.measured) return r.kept ? "kept" : "rolled back";
+  if (r.kept_as_group) return "kept (group)";
   return r.kept && r.decision != tune::Decision::kept ? "kept (inconclusive)" : tune::decision_name(r.decision);
 }
 
@@ -151,6 +152,7 @@ nlohmann::json replacement_json(const Replacement& r) {
           {"estimated_gain", r.has_estimate ? nlohmann::json(r.estimated_gain) : nlohmann::json(nullptr)},
           {"estimate_disagrees", r.estimate_disagrees},
           {"kept", r.kept},
+          {"kept_as_group", r.kept_as_group},
           {"why", r.why}};
 }
 

@@ -38,13 +38,24 @@ const analyze::Rule& rule(const std::vector<analyze::Rule>& rules, const std::st
 }
 
 TEST(Decide, KeepsOnlyWhatTheIntervalSupports) {
-  EXPECT_EQ(decide({0.03, 0.08}, 0.02), Decision::kept);
-  EXPECT_EQ(decide({0.02, 0.08}, 0.02), Decision::kept);
-  EXPECT_EQ(decide({-0.04, 0.01}, 0.02), Decision::rolled_back);
-  EXPECT_EQ(decide({0.01, 0.05}, 0.02), Decision::inconclusive);
-  EXPECT_EQ(decide({-0.5, 0.5}, -1), Decision::kept);  // -1 keeps every verified rewrite
+  EXPECT_EQ(decide(0.05, {0.03, 0.08}, 0.02), Decision::kept);
+  EXPECT_EQ(decide(0.05, {0.02, 0.08}, 0.02), Decision::kept);
+  EXPECT_EQ(decide(-0.01, {-0.04, 0.01}, 0.02), Decision::rolled_back);
+  EXPECT_EQ(decide(0.01, {-0.01, 0.05}, 0.02), Decision::inconclusive);
+  EXPECT_EQ(decide(0.0, {-0.5, 0.5}, -1), Decision::kept);  // -1 keeps every verified rewrite
   const double inf = std::numeric_limits<double>::infinity();
-  EXPECT_EQ(decide({-1, inf}, 0.02), Decision::inconclusive);  // one round: nothing is known
+  EXPECT_EQ(decide(0.0, {-1, inf}, 0.02), Decision::inconclusive);  // one round: nothing is known
+}
+
+TEST(Decide, KeepsAGainAboveZeroWhoseMedianClearsTheMinimum) {
+  // llama2.c's rotary: +3.4% [+1.9, +4.5] with --min-gain 2% is a gain the user would lose.
+  EXPECT_EQ(decide(0.034, {0.019, 0.045}, 0.02), Decision::kept);
+  EXPECT_EQ(decide(0.015, {0.001, 0.030}, 0.02), Decision::inconclusive);  // above zero, median short
+  EXPECT_EQ(decide(0.030, {0.000, 0.045}, 0.02), Decision::inconclusive);  // the interval touches zero
+  EXPECT_EQ(decide(0.030, {-0.01, 0.045}, 0.02), Decision::inconclusive);
+}
+
+TEST(Decide, NamesItsDecisions) {
   EXPECT_STREQ(decision_name(Decision::rolled_back), "rolled back");
 }
 
