@@ -736,8 +736,16 @@ def _computes_rule(name, module, rules, calls, path):
     return rule is not None and computes(rule, path, module, calls)
 
 
+def _computes_lone(op, module, calls, path):
+    """Whether the module's recorded forward is that one op and nothing else, with no submodules
+    (Hugging Face's activation classes: SiLUActivation, GELUTanh)."""
+    call = calls.get(path)
+    return call is not None and call.ops == [op] and not any(True for _ in module.children())
+
+
 def _is_silu_module(module, rules, calls, path):
-    return isinstance(module, (torch.nn.SiLU, opfuse_nn.SiLU)) or _computes_rule("silu", module, rules, calls, path)
+    return (isinstance(module, (torch.nn.SiLU, opfuse_nn.SiLU)) or _computes_lone("aten::silu", module, calls, path)
+            or _computes_rule("silu", module, rules, calls, path))
 
 
 def _is_gelu_tanh_module(module, rules, calls, path):
@@ -746,9 +754,7 @@ def _is_gelu_tanh_module(module, rules, calls, path):
     gelu it is, verification tells)."""
     if isinstance(module, torch.nn.GELU):
         return module.approximate == "tanh"
-    call = calls.get(path)
-    lone_gelu = call is not None and call.ops == ["aten::gelu"] and not any(True for _ in module.children())
-    return lone_gelu or _computes_rule("gelu_tanh", module, rules, calls, path)
+    return _computes_lone("aten::gelu", module, calls, path) or _computes_rule("gelu_tanh", module, rules, calls, path)
 
 
 def _fused_rms_norm(module, rules, calls, path):

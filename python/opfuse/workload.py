@@ -183,7 +183,7 @@ def make(native):
                     raise
                 out = self._forward_backward(model, inputs, seed, False)
             grads = [(n, p.grad) for n, p in model.named_parameters()]
-            return [t.detach() for t in flatten_tensors(out)], grads, self._updates(model, seed)
+            return [t.detach() for t in flatten_tensors(out)], grads, self._updates(model, seed, nudge)
 
         def _forward_backward(self, model, inputs, seed, keep_float64):
             for p in model.parameters():
@@ -194,12 +194,19 @@ def make(native):
                 self.loss_fn(out).backward()
             return out
 
-        def _updates(self, model, seed):
+        def _updates(self, model, seed, nudge):
             """What two steps of a fresh optimizer do to each parameter, from gradients drawn from
             `seed` (the same in both models): a rewrite of the optimizer is verified on these
             alone, whatever a model rewrite did to the computed gradients. Two steps, so the
-            moments' decay and the bias corrections take part, not only step one's g/|g|."""
+            moments' decay and the bias corrections take part, not only step one's g/|g|. The
+            nudged probe nudges the parameters too: an update read as p_after − p_before carries
+            p's own rounding (a LayerNorm weight of 1 rounds a 1e-4 step to 1e-3 of itself)."""
             named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+            if nudge > 0:
+                gen = torch.Generator().manual_seed(seed + 3)
+                with torch.no_grad():
+                    for _, p in named:
+                        p.mul_(1 + nudge * torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype))
             before = [p.detach().clone() for _, p in named]
             optimizer = self.optimizer_factory([p for _, p in named])
             gen = torch.Generator().manual_seed(seed + 2)

@@ -232,17 +232,24 @@ Probe ModelWorkload::probe(at::ScalarType dtype, uint64_t seed, double nudge) {
   run.outputs = {model_->forward(input)};
   loss_of(run.outputs[0], target.is_floating_point() ? target.to(dtype) : target, batches_->loss).backward();
   for (auto& [name, p] : model_->named_parameters()) run.grads.emplace_back(name, p.grad());
-  run.updates = updates(seed);
+  run.updates = updates(seed, nudge);
   return run;
 }
 
 // As the Python workload does it: two steps, so the momentum's buffer is made and then taken
 // into the step (its first and its steady form), on gradients the same in both models, so a
-// rewrite of the optimizer is verified on its own arithmetic.
-std::vector<std::pair<std::string, at::Tensor>> ModelWorkload::updates(uint64_t seed) const {
+// rewrite of the optimizer is verified on its own arithmetic. The nudged probe nudges the
+// parameters too: an update read as p_after − p_before carries p's own rounding.
+std::vector<std::pair<std::string, at::Tensor>> ModelWorkload::updates(uint64_t seed, double nudge) const {
   std::vector<std::pair<std::string, at::Tensor>> named;
   for (auto& [name, p] : model_->named_parameters())
     if (p.requires_grad()) named.emplace_back(name, p);
+  if (nudge > 0) {
+    at::NoGradGuard no_grad;
+    auto noise = at::make_generator<at::CPUGeneratorImpl>(seed + 3);
+    for (auto& [name, p] : named)
+      p.mul_(1 + nudge * at::randn(p.sizes(), noise, at::TensorOptions().dtype(at::kDouble)).to(p.scalar_type()));
+  }
   std::vector<at::Tensor> params, before;
   for (auto& [name, p] : named) {
     params.push_back(p);

@@ -64,7 +64,7 @@ class ModelWorkload : public Workload {
   std::unique_ptr<torch::optim::Optimizer> make_optimizer() const;
   // What two steps of a fresh optimizer do to each parameter from gradients drawn from `seed`:
   // it steps this workload's parameters (probe's callers run it on a clone).
-  std::vector<std::pair<std::string, at::Tensor>> updates(uint64_t seed) const;
+  std::vector<std::pair<std::string, at::Tensor>> updates(uint64_t seed, double nudge) const;
 
   double lr_;
   bool fused_sgd_;
