@@ -295,15 +295,16 @@ def _write(path, text):
         f.write(text)
 
 
-def patch(model, inputs, loss_fn=None, rules=None):
+def patch(model, inputs, loss_fn=None, rules=None, only=None):
     """Applies to `model` itself every rewrite that verifies on these inputs (outputs and, with a
     loss_fn, every gradient, in float64 and in float32 as tune verifies), without measuring.
-    Returns [(rule, places)] of what was replaced; a rewrite that fails verification leaves the
-    model as it was."""
+    only: the rule names to apply (say, those a tune kept); default all. Returns [(rule, places)]
+    of what was replaced; a rewrite that fails verification leaves the model as it was. The
+    model's parameters stay the same objects, so an optimizer made for it trains on."""
     inputs = _as_inputs(inputs)
     _copy_of(model)
     _check_runs(model, inputs, loss_fn)
-    rule_list = _rules(rules)
+    rule_list = [r for r in _rules(rules) if only is None or r.name in only]
     loss = loss_fn if loss_fn is not None else _sum_of_outputs
     original = PythonWorkload(model, inputs, loss, None, rule_list)
     reference = original.clone()
