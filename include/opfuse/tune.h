@@ -91,7 +91,7 @@ struct Replacement {
   int rounds = 0;   // paired rounds behind the interval
   Decision decision = Decision::rolled_back;
   bool kept = false;
-  bool kept_as_group = false;  // inconclusive alone, kept because the inconclusive ones together cleared min_gain
+  bool kept_as_group = false;  // too small or unclear alone; kept because such rewrites together cleared min_gain
   // The analysis' saving for the rule as a gain of the measured step, when it made one, and
   // whether the measured interval excludes it.
   double estimated_gain = 0;

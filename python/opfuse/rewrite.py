@@ -14,6 +14,7 @@ import builtins
 import contextlib
 import copy
 import functools
+import importlib
 import inspect
 import itertools
 import keyword
@@ -218,6 +219,21 @@ def _torch_functions_as(wrap, names=TENSOR_FACTORIES):
                 setattr(torch, name, fn)
 
 
+@functools.lru_cache(maxsize=None)
+def _class_at(path):
+    module, _, name = path.partition(":")
+    value = importlib.import_module(module)
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _rebuilt(path, **fields):
+    """The mapping class at `path` ("module:Qualified.Name") made from its fields, as a traced
+    forward returned it."""
+    return _class_at(path)(**fields)
+
+
 class ValueTracer(LeafTracer):
     """Traces a module with its recorded call's values beside the proxies: each node is also run,
     on a copy of the module (so running it changes nothing; the random state is restored after),
@@ -247,6 +263,16 @@ class ValueTracer(LeafTracer):
             return fn(*args, **kwargs) if self.running else self.create_proxy("call_function", fn, args, kwargs)
 
         return factory
+
+    def create_arg(self, a):
+        # A dict subclass (Hugging Face's ModelOutput, an OrderedDict) would become a plain dict,
+        # and the rewritten forward would return what the original did not ("'dict' object has no
+        # attribute 'loss'"): a node rebuilds it, its class named by its import path.
+        if isinstance(a, dict) and type(a) is not dict and all(isinstance(k, str) for k in a):
+            cls = type(a)
+            return self.create_node("call_function", _rebuilt, (f"{cls.__module__}:{cls.__qualname__}",),
+                                    {k: self.create_arg(v) for k, v in a.items()})
+        return super().create_arg(a)
 
     def call_module(self, m, forward, args, kwargs):
         if self.running:

@@ -285,19 +285,26 @@ std::function<bool(const measure::Measurement&)> settled_by(const TuneOptions& o
   };
 }
 
-// Rewrites each too small to tell apart from noise can together be a gain worth keeping (four of
-// +0.7% to +3.4% on llama2.c): the ones left inconclusive are timed together on top of the tuned
-// model, in rounds bounded as the rest, and kept together when the group clears min_gain.
-void keep_inconclusive_together(Workload& tuned, const std::vector<Rewrite>& rewrites,
+// Whether a rewrite not kept alone may still be worth keeping with others: its gain is unclear,
+// or real (its interval above zero) but below min_gain.
+bool worth_a_group(const Replacement& r) {
+  return !r.kept && (r.decision == Decision::inconclusive || (r.decision == Decision::rolled_back && r.gain_ci.lo > 0));
+}
+
+// Rewrites each too small to keep alone can together be a gain worth keeping (four of +0.7% to
+// +3.4% on llama2.c; Qwen2's add + RMSNorm, rotary and RMSNorm at +0.8% to +1.5%, each interval
+// above zero): those are timed together on top of the tuned model, in rounds bounded as the rest,
+// and kept together when the group's gain is kept by the same test.
+void keep_small_gains_together(Workload& tuned, const std::vector<Rewrite>& rewrites,
                                 const std::vector<size_t>& verified, TuneResult& result, const TuneOptions& o,
                                 const Hooks& h) {
   std::vector<size_t> group;
   for (size_t i : verified)
-    if (result.replacements[i].decision == Decision::inconclusive && !result.replacements[i].kept) group.push_back(i);
+    if (worth_a_group(result.replacements[i])) group.push_back(i);
   if (group.size() < 2) return;  // one alone was measured on its own already
   std::vector<std::string> names;
   for (size_t i : group) names.push_back(result.replacements[i].rule);
-  say(h, fmt::format("measure: the inconclusive ones together ({})", fmt::join(names, ", ")));
+  say(h, fmt::format("measure: the small gains together ({})", fmt::join(names, ", ")));
   const std::shared_ptr<Workload> before = tuned.clone(), with_group = tuned.clone();
   for (size_t i : group) rewrites[i].apply(*with_group);
   const measure::Measurement m = interleave({before.get(), with_group.get()}, o, h, settled_by(o));
@@ -460,7 +467,7 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
     set_estimate(r, result.baseline.analysis, timing.variants.front().median);
     if (r.kept) rewrites[verified_index[k]].apply(*tuned_model);
   }
-  keep_inconclusive_together(*tuned_model, rewrites, verified_index, result, o, h);
+  keep_small_gains_together(*tuned_model, rewrites, verified_index, result, o, h);
   for (size_t i : verified_index) all_kept = all_kept && result.replacements[i].kept;
 
   // With every rewrite kept, the last variant is the tuned model; otherwise the kept set is timed

@@ -98,3 +98,18 @@ def test_eager_attention_that_returns_its_weights_is_left_with_the_reason(tmp_pa
     result = opfuse.tune(model, inputs, loss, optimizer, out=str(tmp_path / "run"), **QUICK)
     attention = next(n for n in result.not_applied if n["rule"] == "attention")
     assert "match nothing" in attention["why"]
+
+
+def test_a_model_computing_its_own_loss_keeps_returning_its_output_class(tmp_path, ops_library):
+    """With labels, transformers computes the loss inside the forward and returns a ModelOutput
+    (a dict subclass); a rewritten forward returns the same class, not a plain dict."""
+    model, (tokens,), _, optimizer = zoo.build("llama_sdpa")
+    inputs = (tokens, None, None, None, None, tokens)  # input_ids … labels, by position
+
+    def loss(out):
+        return out.loss
+
+    result = opfuse.tune(model, inputs, loss, optimizer, out=str(tmp_path / "run"), **QUICK)
+    assert all(r.verified for r in result.replacements), [(r.rule, r.why) for r in result.replacements]
+    out = result.model(*inputs)
+    assert type(out) is type(model(*inputs)) and out.loss is not None
