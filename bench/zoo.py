@@ -15,6 +15,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,7 +61,9 @@ def free_folder(path):
 def run_child(name, args, out):
     cmd = [sys.executable, os.path.abspath(__file__), "--one", name, "--size", args.size, "--rounds", str(args.rounds),
            "--threads", str(args.threads), "--out", os.path.join(out, name)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    # A fresh compile cache per model: "compile s" is what a first run waits, not a cache hit.
+    with tempfile.TemporaryDirectory(prefix="opfuse-zoo-inductor-") as cache:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache))
     if done.returncode != 0:
         return {"model": name, "error": (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1]}
     return json.loads(done.stdout.strip().splitlines()[-1])
