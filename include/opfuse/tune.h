@@ -99,6 +99,10 @@ struct Replacement {
   std::string why;  // why it was not kept
 };
 
+// Whether a rewrite not kept alone is timed with the others like it, to be kept as a group: its
+// gain is inconclusive, or real (interval above zero) but below min_gain.
+bool worth_a_group(const Replacement& r);
+
 struct NotApplied {
   std::string rule, why;
 };

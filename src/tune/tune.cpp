@@ -268,6 +268,11 @@ const char* decision_name(Decision d) {
   return "";
 }
 
+bool worth_a_group(const Replacement& r) {
+  return r.measured && r.verdict.passed && !r.kept &&
+         (r.decision == Decision::inconclusive || (r.decision == Decision::rolled_back && r.gain_ci.lo > 0));
+}
+
 Decision decide(double gain, const measure::Interval& ci, double min_gain) {
   if (min_gain <= -1 || ci.lo >= min_gain || (ci.lo > 0 && gain >= min_gain)) return Decision::kept;
   if (ci.hi < min_gain) return Decision::rolled_back;
@@ -283,12 +288,6 @@ std::function<bool(const measure::Measurement&)> settled_by(const TuneOptions& o
       if (const auto [gain, ci] = gain_of(m, k); decide(gain, ci, o.min_gain) == Decision::inconclusive) return false;
     return true;
   };
-}
-
-// Whether a rewrite not kept alone may still be worth keeping with others: its gain is unclear,
-// or real (its interval above zero) but below min_gain.
-bool worth_a_group(const Replacement& r) {
-  return !r.kept && (r.decision == Decision::inconclusive || (r.decision == Decision::rolled_back && r.gain_ci.lo > 0));
 }
 
 // Rewrites each too small to keep alone can together be a gain worth keeping (four of +0.7% to

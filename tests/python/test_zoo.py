@@ -21,7 +21,7 @@ LLAMA_LIKE = {"fused_adamw", "rms_norm", "add_rms_norm", "rotary_embedding", "sw
 # that now applies, or one listed that no longer does, is a change to look at.
 EXPECTED = {
     "llama": LLAMA_LIKE, "qwen2": LLAMA_LIKE, "mistral": LLAMA_LIKE,
-    "gemma": {"fused_adamw", "rotary_embedding"},
+    "gemma": {"fused_adamw", "rotary_embedding", "geglu"},
     "phi": {"fused_adamw", "gelu_tanh", "rotary_embedding"},
     "gpt2": {"fused_adamw", "gelu_tanh"},
     "t5": {"fused_adamw", "rms_norm"},

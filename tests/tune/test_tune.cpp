@@ -55,6 +55,24 @@ TEST(Decide, KeepsAGainAboveZeroWhoseMedianClearsTheMinimum) {
   EXPECT_EQ(decide(0.030, {-0.01, 0.045}, 0.02), Decision::inconclusive);
 }
 
+TEST(Decide, SmallOrUnclearGainsAreTimedAgainAsAGroup) {
+  auto measured = [](Decision d, double lo, double hi, bool kept = false) {
+    Replacement r;
+    r.measured = r.verdict.passed = true;
+    r.decision = d, r.gain_ci = {lo, hi}, r.kept = kept;
+    return r;
+  };
+  EXPECT_TRUE(worth_a_group(measured(Decision::inconclusive, -0.01, 0.03)));
+  EXPECT_TRUE(worth_a_group(measured(Decision::rolled_back, 0.005, 0.017)));  // Qwen2's add + RMSNorm
+  EXPECT_FALSE(worth_a_group(measured(Decision::rolled_back, 0.0, 0.015)));   // no evidence of a gain
+  EXPECT_FALSE(worth_a_group(measured(Decision::rolled_back, -0.02, -0.01)));
+  EXPECT_FALSE(worth_a_group(measured(Decision::kept, 0.03, 0.05, true)));
+  EXPECT_FALSE(worth_a_group(measured(Decision::inconclusive, -0.01, 0.03, true)));  // --keep-inconclusive kept it
+  Replacement failed = measured(Decision::inconclusive, -0.01, 0.03);
+  failed.verdict.passed = false;
+  EXPECT_FALSE(worth_a_group(failed));
+}
+
 TEST(Decide, NamesItsDecisions) {
   EXPECT_STREQ(decision_name(Decision::rolled_back), "rolled back");
 }
