@@ -7,6 +7,7 @@ compare_compile), each model in its own process (so its peak RSS is its own).
 
 Writes OUT/zoo.json, OUT/zoo.csv, OUT/zoo.md (the README's table) and OUT/zoo.png, plus each
 model's tune folder (report.json, report.html, traces). Check first that nothing else is busy.
+`--merge A/zoo.json B/zoo.json --out DIR` makes one table of runs made apart.
 """
 import argparse
 import csv
@@ -30,11 +31,16 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=5, help="paired rounds (tune's --rounds; --max-rounds is 4x)")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: one per core)")
     p.add_argument("--out", default="zoo-run", help="results folder (a numbered sibling if it exists)")
+    p.add_argument("--merge", nargs="+", metavar="ZOO.JSON",
+                   help="measure nothing: write the table, CSV and plot of earlier runs' zoo.json files into --out "
+                        "(a model measured twice keeps its later row)")
     p.add_argument("--one", help=argparse.SUPPRESS)  # a child: one model, its row as JSON on stdout
     args = p.parse_args(argv)
     if args.one:
         print(json.dumps(measure(args.one, args)))
         return 0
+    if args.merge:
+        return merge(args)
     import zoo
     names = [n for n in args.models.split(",") if n] or zoo.names()
     unknown = [n for n in names if n not in zoo.CATALOGUE]
@@ -47,6 +53,23 @@ def main(argv=None):
         rows.append(run_child(name, args, out))
         write(rows, out, args)
     print(f"wrote {out}/zoo.json, zoo.csv, zoo.md and zoo.png", file=sys.stderr)
+    return 0
+
+
+def merge(args):
+    runs = []
+    for path in args.merge:
+        with open(path) as f:
+            runs.append(json.load(f))
+    if len({(r["size"], r["rounds"]) for r in runs}) > 1:
+        sys.exit(f"zoo.py: {', '.join(args.merge)}: runs of different sizes or rounds do not make one table")
+    rows = {}
+    for run in runs:
+        rows.update((row["model"], row) for row in run["rows"])
+    args.size, args.rounds = runs[0]["size"], runs[0]["rounds"]
+    out = free_folder(args.out)
+    write(list(rows.values()), out, args)
+    print(f"wrote {out}/zoo.json, zoo.csv, zoo.md and zoo.png ({len(rows)} models)", file=sys.stderr)
     return 0
 
 
