@@ -25,6 +25,11 @@ def flatten_tensors(value):
     return []
 
 
+def _nudged(t, nudge, gen):
+    """t scaled element by element by (1 + nudge · noise): a rounding-sized change of it."""
+    return t * (1 + nudge * torch.randn(t.shape, generator=gen, dtype=t.dtype))
+
+
 def _cast(model, dtype):
     """model.to(dtype), but a complex parameter or buffer (Meta's freqs_cis table) becomes the
     complex type of dtype's precision, where Module.to would keep only its real part: a probe must
@@ -206,7 +211,7 @@ def make(native):
                 gen = torch.Generator().manual_seed(seed + 3)
                 with torch.no_grad():
                     for _, p in named:
-                        p.mul_(1 + nudge * torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype))
+                        p.copy_(_nudged(p, nudge, gen))
             before = [p.detach().clone() for _, p in named]
             optimizer = self.optimizer_factory([p for _, p in named])
             gen = torch.Generator().manual_seed(seed + 2)
@@ -222,8 +227,7 @@ def make(native):
                 return x
             x = x.to(dtype)
             if nudge > 0:
-                gen = torch.Generator().manual_seed(seed + 1)
-                x = x * (1 + nudge * torch.randn(x.shape, generator=gen, dtype=dtype))
+                x = _nudged(x, nudge, torch.Generator().manual_seed(seed + 1))
             return x
 
         def rewrites_for(self, rule):

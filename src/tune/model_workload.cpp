@@ -202,6 +202,11 @@ double ModelWorkload::step() {
 
 namespace {
 
+// t scaled element by element by (1 + nudge · noise): a rounding-sized change of it.
+at::Tensor nudged(const at::Tensor& t, double nudge, at::Generator& gen) {
+  return t * (1 + nudge * at::randn(t.sizes(), gen, t.options()));
+}
+
 // Floating inputs in the probe's dtype, nudged by `nudge` relative noise; token ids and masks as they are.
 std::vector<at::Tensor> probe_inputs(const std::vector<at::Tensor>& inputs, at::ScalarType dtype, uint64_t seed,
                                      double nudge) {
@@ -213,7 +218,7 @@ std::vector<at::Tensor> probe_inputs(const std::vector<at::Tensor>& inputs, at::
       continue;
     }
     at::Tensor input = x.to(dtype);
-    if (nudge > 0) input = input * (1 + nudge * at::randn(input.sizes(), gen, input.options()));
+    if (nudge > 0) input = nudged(input, nudge, gen);
     out.push_back(input);
   }
   return out;
@@ -246,9 +251,8 @@ std::vector<std::pair<std::string, at::Tensor>> ModelWorkload::updates(uint64_t 
     if (p.requires_grad()) named.emplace_back(name, p);
   if (nudge > 0) {
     at::NoGradGuard no_grad;
-    auto noise = at::make_generator<at::CPUGeneratorImpl>(seed + 3);
-    for (auto& [name, p] : named)
-      p.mul_(1 + nudge * at::randn(p.sizes(), noise, at::TensorOptions().dtype(at::kDouble)).to(p.scalar_type()));
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 3);
+    for (auto& [name, p] : named) p.copy_(nudged(p, nudge, gen));
   }
   std::vector<at::Tensor> params, before;
   for (auto& [name, p] : named) {
