@@ -124,7 +124,8 @@ struct Finding {
   bool shape_unknown = false; // rules that ask for shapes matched a chain without them: `rule` lists them
   int64_t occurrences = 0;
   int64_t ops = 0;            // ops the occurrences cover (wrapper ops included)
-  double time_us = 0, est_saving_us = 0;
+  double time_us = 0, est_saving_us = 0;  // time_us: the saving's basis, device time on device backends
+  double host_us = 0, device_us = 0;     // the matched ops' host time; the device time of what they launched
   std::string estimate;       // how the saving was estimated: "measured opfuse::silu", "bandwidth"
   std::vector<Location> locations;  // most frequent first
 };
@@ -164,6 +165,8 @@ struct DeviceTime {
   int64_t steps = 0;                 // ProfilerSteps the window spans (0: none known, the figures are totals)
   double window_us = 0, busy_us = 0, idle_us = 0;  // totals in the window
   double compute_us = 0, communication_us = 0, memory_us = 0;  // unions: kernels, nccl/gloo kernels, memcpy+memset
+  double summed_us = 0, op_linked_us = 0;  // kept events' durations summed (not a union): all; those whose
+                                           // launching op is known
   std::vector<StreamTime> streams;
   LaunchStats launch;
   std::vector<OverlapLane> overlap_analysis;  // on the busiest device, where the trace has the lanes

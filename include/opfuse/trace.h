@@ -88,6 +88,8 @@ struct Model {
   std::vector<int32_t> op_parent;    // the nearest enclosing op
   std::vector<int32_t> annotation;   // the nearest enclosing annotation (not a step)
   std::vector<int32_t> launcher;     // per device event: the host op that launched it
+  std::vector<int32_t> queued_call;  // per device event an op queued on Ascend's task queue: the call
+                                     // the queue thread ran for it (aclnn*), or −1; empty without a queue
   std::vector<int32_t> forward;      // per backward op: the forward op it differentiates
   std::vector<std::vector<int32_t>> threads;  // per host thread: its top-level ops, in time order
   std::vector<int32_t> child_begin;  // op children of op e: children[child_begin[e] .. child_begin[e+1])

@@ -80,9 +80,12 @@ std::vector<OpStat> op_table(const Trace& t, const Model& m) {
   for (size_t i = 0; i < n; ++i) self[i] = t.events[i].dur;
   for (size_t i = 0; i < n; ++i)
     if (m.parent[i] >= 0 && m.kind[i] != Kind::device) self[m.parent[i]] -= t.events[i].dur;
+  // A task queued on Ascend counts for the op that queued it and for the aclnn* call that ran it.
   for (const auto& lane : m.device_lanes)
-    for (int32_t k : lane)
+    for (int32_t k : lane) {
       if (m.launcher[k] >= 0) device[m.launcher[k]] += t.events[k].dur;
+      if (!m.queued_call.empty() && m.queued_call[k] >= 0) device[m.queued_call[k]] += t.events[k].dur;
+    }
   std::vector<int32_t> row(t.strings.size(), -1);  // per name id
   std::vector<OpStat> ops;
   for (size_t i = 0; i < n; ++i) {

@@ -130,7 +130,7 @@ struct DeviceWalk {
         continue;
       }
       ++kept[s];
-      add(t.events[lane[k]], calls[k], by_stream[s]);
+      add(t.events[lane[k]], calls[k], m.launcher[lane[k]] >= 0, by_stream[s]);
     }
     for (size_t s = 0; s < lanes.size(); ++s)
       if (kept[s] > 0)
@@ -146,8 +146,10 @@ struct DeviceWalk {
     if (calls[k] >= 0) __builtin_prefetch(&t.events[calls[k]]);
   }
 
-  void add(const Event& e, int32_t call, Union& stream) {
+  void add(const Event& e, int32_t call, bool op_known, Union& stream) {
     const double end = e.ts + e.dur;
+    time.summed_us += e.dur;
+    if (op_known) time.op_linked_us += e.dur;
     if (time.events++ == 0) first_start = e.ts, last_end = end;
     last_end = std::max(last_end, end);
     const Work w = work_of(e);

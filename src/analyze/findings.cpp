@@ -385,11 +385,18 @@ struct Finder {
 
   // --- cost --------------------------------------------------------------------------------
 
-  double match_time(const Match& mt) const {
-    if (mt.parent >= 0) return time(mt.parent);  // the wrapper op goes away with its chain
+  // A cost summed over what a match replaces: the wrapper op goes away with its chain.
+  template <class Cost>
+  double over_match(const Match& mt, Cost cost) const {
+    if (mt.parent >= 0) return cost(mt.parent);
     double sum = 0;
-    for (int32_t e : mt.ops) sum += time(e);
+    for (int32_t e : mt.ops) sum += cost(e);
     return sum;
+  }
+  double match_time(const Match& mt) const { return over_match(mt, [&](int32_t e) { return time(e); }); }
+  double match_host_time(const Match& mt) const { return over_match(mt, [&](int32_t e) { return t.events[e].dur; }); }
+  double match_device_time(const Match& mt) const {
+    return device_time.empty() ? 0 : over_match(mt, [&](int32_t e) { return device_time[e]; });
   }
 
   // The ops that vanish with the fusion: the chain, its wrapper op, an optimizer step's children.
@@ -648,6 +655,8 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
       f.occurrences += 1;
       f.ops += finder.covered_ops(mt);
       f.time_us += t;
+      f.host_us += finder.match_host_time(mt);
+      f.device_us += finder.match_device_time(mt);
       f.est_saving_us += std::max(0.0, t - fused);
       if (mt.pattern != nullptr) add_once(tally.patterns, mt.pattern->pattern->text());
       add_once(tally.estimates, how);

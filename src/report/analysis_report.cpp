@@ -43,6 +43,8 @@ nlohmann::json finding_json(const Finding& f, analyze::Backend backend, int64_t 
           {"occurrences", f.occurrences},
           {"ops", f.ops},
           {"time_us", f.time_us},  // over the whole trace
+          {"host_us", f.host_us},
+          {"device_us", f.device_us},
           {"est_saving_us", f.est_saving_us},
           {"time_us_per_step", per_step_json(steps, f.time_us)},
           {"est_saving_us_per_step", per_step_json(steps, f.est_saving_us)},
@@ -99,6 +101,7 @@ nlohmann::json device_json(const analyze::DeviceTime& d) {
           {"window_us", device_per(d, d.window_us)},
           {"busy_us", device_per(d, d.busy_us)},
           {"idle_us", device_per(d, d.idle_us)},
+          {"op_linked_pct", pct(d.op_linked_us, d.summed_us)},
           {"breakdown",
            {{"compute_pct", pct(d.compute_us, d.window_us)},
             {"communication_pct", pct(d.communication_us, d.window_us)},
@@ -137,6 +140,9 @@ std::string format_device(const analyze::DeviceTime& d) {
   if (l.kernels > 0)
     out += fmt::format("\n          {:.1f}% of kernel time in kernels under {:.0f} us", l.small_kernel_time_pct,
                        analyze::LaunchStats::kSmallKernelUs);
+  if (d.op_linked_us < d.summed_us)
+    out += fmt::format("\n          {:.1f}% of device time reached no op (no launch call or flow links it)",
+                       pct(d.summed_us - d.op_linked_us, d.summed_us));
   if (d.left_out > 0)
     out += fmt::format("\n          ({} device events launched in the last, cut-short step or with no launch left out)",
                        d.left_out);

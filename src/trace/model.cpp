@@ -349,12 +349,15 @@ Model build_model(const Trace& trace) {
     int32_t from = -1, to = -1;
   };
   // Ascend links a torch op to its device task (torch_to_npu) and a CANN API call to its task
-  // (async_acl_npu, HostToDevice). Each kind numbers its flows apart.
-  enum FlowKind { torch_to_task, api_to_task, fwdbwd, no_flow };
+  // (async_acl_npu, HostToDevice); with its task queue on (the default), an op's Enqueue to the
+  // Dequeue on the queue thread that runs its aclnn* call (enqueue_to_dequeue), and torch_to_npu
+  // then starts at that call. Each kind numbers its flows apart.
+  enum FlowKind { torch_to_task, api_to_task, task_queue, fwdbwd, no_flow };
   auto flow_kind = [&](const Event& e) {
     const std::string &cat = trace.strings[e.category], &name = trace.strings[e.name];
     if (cat == "async_npu" || name == "torch_to_npu") return torch_to_task;
     if (cat == "async_acl_npu" || cat == "HostToDevice" || starts_with(name, "HostToDevice")) return api_to_task;
+    if (cat == "async_task_queue" || name == "enqueue_to_dequeue") return task_queue;
     return cat == "fwdbwd" ? fwdbwd : no_flow;
   };
   std::unordered_map<int64_t, FlowEnds> flows[no_flow];
@@ -383,15 +386,30 @@ Model build_model(const Trace& trace) {
   if (!classify.cann_pids.empty())
     for (const auto& [key, lane] : host)
       if (!Classifier::among(classify.cann_pids, key.first) && holds_ops(lane)) op_thread_by_tid.emplace(key.second, &lane);
-  auto op_of_flow_end = [&](int32_t end_index) -> int32_t {
-    const Event& e = trace.events[end_index];
+  auto host_slice_at = [&](const Event& e) {
     const auto it = host.find({e.pid, e.tid});
-    const int32_t op = it == host.end() ? -1 : op_of(slice_at(it->second, e.ts));
-    if (op >= 0 || !Classifier::among(classify.cann_pids, e.pid)) return op;
-    const auto thread = op_thread_by_tid.find(e.tid);
-    return thread == op_thread_by_tid.end() ? -1 : op_of(slice_at(*thread->second, e.ts));
+    return it == host.end() ? -1 : slice_at(it->second, e.ts);
   };
-  // API flows first: a torch_to_npu flow, where there is one, names the op directly.
+  // The slice a flow starts in: a CANN API call's is the slice of its thread in the process that
+  // holds ops, at that time (the call itself is no op).
+  auto slice_of_flow_end = [&](int32_t end_index) -> int32_t {
+    const Event& e = trace.events[end_index];
+    const int32_t slice = host_slice_at(e);
+    if (op_of(slice) >= 0 || !Classifier::among(classify.cann_pids, e.pid)) return slice;
+    const auto thread = op_thread_by_tid.find(e.tid);
+    return thread == op_thread_by_tid.end() ? -1 : slice_at(*thread->second, e.ts);
+  };
+  // The task queue: each Dequeue slice → the op whose Enqueue it ran.
+  std::unordered_map<int32_t, int32_t> queued_op;
+  for (const auto& [id, ends] : flows[task_queue]) {
+    if (ends.from < 0 || ends.to < 0) continue;
+    const int32_t op = op_of(host_slice_at(trace.events[ends.from])), dequeue = host_slice_at(trace.events[ends.to]);
+    if (op >= 0 && dequeue >= 0) queued_op.emplace(dequeue, op);
+  }
+  if (!queued_op.empty()) m.queued_call.assign(n, -1);
+  // API flows first: a torch_to_npu flow, where there is one, names the op directly. A flow that
+  // starts under a Dequeue was queued by the Enqueue's op: that op launched the task, and the
+  // aclnn* call the queue thread ran for it is kept beside it.
   for (const FlowKind k : {api_to_task, torch_to_task})
     for (const auto& [id, ends] : flows[k]) {
       if (ends.from < 0 || ends.to < 0) continue;
@@ -399,7 +417,15 @@ Model build_model(const Trace& trace) {
       const auto lane = device_by_thread.find({f.pid, f.tid});
       if (lane == device_by_thread.end()) continue;
       const int32_t task = slice_at(*lane->second, f.ts);
-      const int32_t op = task >= 0 ? op_of_flow_end(ends.from) : -1;
+      const int32_t slice = task >= 0 ? slice_of_flow_end(ends.from) : -1;
+      int32_t op = op_of(slice);
+      if (!queued_op.empty())
+        for (int32_t x = slice; x >= 0; x = m.parent[x])
+          if (const auto q = queued_op.find(x); q != queued_op.end()) {
+            m.queued_call[task] = op;
+            op = q->second;
+            break;
+          }
       if (op >= 0) m.launcher[task] = op;
     }
   // Forward → backward: both ends of each flow, found thread by thread in one walk each.

@@ -4,6 +4,7 @@
 // check_device_time.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "opfuse/analyze.h"
@@ -225,6 +226,109 @@ TEST(DeviceTime, AscendSummaryLanesAreNoOps) {
     EXPECT_EQ(l.slices, 1) << l.name;
     EXPECT_DOUBLE_EQ(l.total_us, l.name == "Computing" ? 14 : l.name == "Free" ? 6 : 10) << l.name;
   }
+}
+
+// Ascend with its task queue on, as tests/data/traces/make_ascend_task_queue.py writes it (the
+// layout of torch_npu's trace_view.json): device time reaches the aten:: op that queued the work
+// (op → Enqueue → Dequeue → aclnn* → torch_to_npu → task), and the aclnn* call keeps its row.
+struct AscendTaskQueue : ::testing::Test {
+  trace::Trace t = trace::read_trace(OPFUSE_TEST_DATA "/traces/ascend_task_queue.json");
+  trace::Model m = trace::build_model(t);
+  bool starts_with(int32_t i, const char* prefix) const { return t.strings[t.events[i].name].rfind(prefix, 0) == 0; }
+};
+
+TEST_F(AscendTaskQueue, EveryOpThatQueuedWorkGetsItsDeviceTime) {
+  std::vector<double> device(t.events.size(), 0);
+  double tasks = 0, linked = 0;
+  for (const auto& lane : m.device_lanes)
+    for (int32_t k : lane) {
+      tasks += t.events[k].dur;
+      if (m.launcher[k] >= 0) device[m.launcher[k]] += t.events[k].dur, linked += t.events[k].dur;
+      if (m.launcher[k] >= 0) EXPECT_TRUE(starts_with(m.launcher[k], "aten::")) << t.strings[t.events[m.launcher[k]].name];
+    }
+  int64_t queued = 0, reached = 0;
+  for (size_t i = 0; i < t.events.size(); ++i)
+    if (t.strings[t.events[i].name] == "Enqueue") {
+      const int32_t op = m.op_parent[i];
+      ASSERT_GE(op, 0);
+      ++queued, reached += device[op] > 0;
+    }
+  EXPECT_GT(queued, 400);
+  EXPECT_EQ(reached, queued);  // the target is ≥ 90 %: each has a torch_to_npu or HostToDevice flow
+  // All but the one task no flow reaches (1 µs of the device's time).
+  EXPECT_NEAR(linked, tasks - 1.0, 1e-6);
+  EXPECT_GE(linked / tasks, 0.99);
+}
+
+TEST_F(AscendTaskQueue, TheOpTableSplitsNothingAndKeepsTheAclnnRows) {
+  Options o;
+  o.backend = detect_backend(t);
+  ASSERT_EQ(o.backend, Backend::npu);
+  const Analysis a = analyze(t, "t.json", default_rules(), o);
+  double aten = 0, tasks = 0;
+  const OpStat *mul = nullptr, *aclnn_mul = nullptr;
+  for (const OpStat& op : a.ops) {
+    if (op.name.rfind("aten::", 0) == 0) aten += op.device_us;
+    if (op.name == "aten::mul") mul = &op;
+    if (op.name == "aclnnMul") aclnn_mul = &op;
+  }
+  for (const auto& lane : m.device_lanes)
+    for (int32_t k : lane) tasks += t.events[k].dur;
+  EXPECT_NEAR(aten, tasks, 0.01 * tasks);  // one stream, no overlap: its busy time is this sum
+  ASSERT_NE(mul, nullptr);
+  ASSERT_NE(aclnn_mul, nullptr);
+  EXPECT_GT(mul->device_us, 0);
+  EXPECT_DOUBLE_EQ(mul->device_us, aclnn_mul->device_us);  // every aclnnMul ran an aten::mul
+  const auto adam = std::find_if(a.findings.begin(), a.findings.end(), [](const Finding& f) { return f.rule == "fused_adam"; });
+  ASSERT_NE(adam, a.findings.end());
+  EXPECT_EQ(adam->occurrences, 3);
+  EXPECT_NEAR(adam->device_us, 3 * 6 * 8 * 2.5, 1e-6);  // 3 steps × 6 parameters × 8 ops × 2.5 µs
+  EXPECT_GT(adam->host_us, adam->device_us);  // the step is host-bound: each op waits on its enqueue
+  EXPECT_DOUBLE_EQ(adam->time_us, adam->device_us);  // the saving's basis on a device
+  EXPECT_GT(adam->est_saving_us, 0);
+  const auto silu = std::find_if(a.findings.begin(), a.findings.end(), [](const Finding& f) { return f.rule == "silu"; });
+  ASSERT_NE(silu, a.findings.end());
+  EXPECT_EQ(silu->replacement, "torch_npu.npu_silu");
+  EXPECT_NEAR(silu->device_us, 3 * 12 * (9.0 + 11.0), 1e-6);
+}
+
+// The same chain written by hand, with the torch_to_npu flow on the Dequeue itself, a task whose
+// Enqueue lost its flow (it stays with the aclnn* call), and a CANN API call's HostToDevice flow.
+TEST(DeviceTime, AscendTaskQueueByHand) {
+  const std::string q = "9";  // the task-queue thread
+  const std::string json =
+      "[" + process("1", "Python") + "," + process("2", "CANN") + "," + process("3", "Ascend Hardware") + "," +
+      slice("cpu_op", "aten::mul", 0, 10, "1", "7") + "," + slice("enqueue", "Enqueue", 4, 2, "1", "7") + "," +
+      slice("cpu_op", "aten::add", 20, 10, "1", "7") + "," + slice("enqueue", "Enqueue", 24, 2, "1", "7") + "," +
+      slice("cpu_op", "aten::div", 40, 10, "1", "7") + "," + slice("enqueue", "Enqueue", 44, 2, "1", "7") + "," +
+      slice("dequeue", "Dequeue@aclnnMul", 30, 10, "1", q) + "," + slice("cpu_op", "aclnnMul", 32, 6, "1", q) + "," +
+      slice("dequeue", "Dequeue@aclnnAdd", 50, 10, "1", q) + "," + slice("cpu_op", "aclnnAdd", 52, 6, "1", q) + "," +
+      slice("dequeue", "Dequeue@aclnnDiv", 70, 10, "1", q) + "," + slice("cpu_op", "aclnnDiv", 72, 6, "1", q) + "," +
+      R"({"ph":"X","name":"AscendCL@aclnnDiv","pid":2,"tid":9,"ts":73,"dur":4},)" +
+      slice("", "mul_task", 100, 8, "3", "2") + "," + slice("", "add_task", 110, 4, "3", "2") + "," +
+      slice("", "div_task", 120, 2, "3", "2") + "," +
+      flow('s', "async_task_queue", "enqueue_to_dequeue", 1, "1", "7", 4) + "," +
+      flow('f', "async_task_queue", "enqueue_to_dequeue", 1, "1", q, 30) + "," +
+      flow('f', "async_task_queue", "enqueue_to_dequeue", 2, "1", q, 50) + "," +  // its start was lost
+      flow('s', "async_task_queue", "enqueue_to_dequeue", 3, "1", "7", 44) + "," +
+      flow('f', "async_task_queue", "enqueue_to_dequeue", 3, "1", q, 70) + "," +
+      flow('s', "async_npu", "torch_to_npu", 1, "1", q, 30) + "," + flow('f', "async_npu", "torch_to_npu", 1, "3", "2", 100) +
+      "," + flow('s', "async_npu", "torch_to_npu", 2, "1", q, 52) + "," +
+      flow('f', "async_npu", "torch_to_npu", 2, "3", "2", 110) + "," +
+      flow('s', "HostToDevice", "HostToDevice1", 1, "2", q, 73) + "," +
+      flow('f', "HostToDevice", "HostToDevice1", 1, "3", "2", 120) + "]";
+  const trace::Trace t = trace::parse_trace(json, "t.json");
+  const trace::Model m = trace::build_model(t);
+  auto name = [&](int32_t i) { return i < 0 ? std::string("-") : t.strings[t.events[i].name]; };
+  ASSERT_EQ(m.device_lanes.size(), 1u);
+  const auto& tasks = m.device_lanes[0];
+  ASSERT_EQ(tasks.size(), 3u);
+  EXPECT_EQ(name(m.launcher[tasks[0]]), "aten::mul");
+  EXPECT_EQ(name(m.queued_call[tasks[0]]), "-");  // the flow starts on the Dequeue, before the call
+  EXPECT_EQ(name(m.launcher[tasks[1]]), "aclnnAdd");  // no Enqueue to follow back
+  EXPECT_EQ(name(m.queued_call[tasks[1]]), "-");
+  EXPECT_EQ(name(m.launcher[tasks[2]]), "aten::div");
+  EXPECT_EQ(name(m.queued_call[tasks[2]]), "aclnnDiv");
 }
 
 TEST(DeviceTime, DevicesApartBusiestFirst) {
