@@ -207,6 +207,30 @@ struct ModuleTime {
 };
 std::vector<ModuleTime> module_time(const trace::Trace& trace, const trace::Model& model);  // by total, largest first
 
+// Where memory goes, from the allocations the profile recorded (Kineto's "[memory]" events, which
+// opfuse's profiler writes too): per device, the peak of the allocator's total, when it came, and
+// which blocks hold it then, by module, op and phase of the step.
+struct MemoryHolder {
+  std::string name;  // a module path, an op ("aten::mm"), or a phase ("forward", "before the profile")
+  int64_t bytes = 0, blocks = 0;
+};
+struct MemoryTime {
+  std::string device;                // "cpu", "cuda:0", or the trace's numbers ("type 20:0")
+  int64_t allocations = 0, frees = 0;
+  int64_t peak_bytes = 0;            // the largest "Total Allocated" (the allocator's own count)
+  double peak_at_us = 0;             // since the trace's first event
+  std::string peak_step, peak_op;    // the ProfilerStep and the op of the allocation that reached it ("" if none)
+  // The blocks live at the peak, largest first. by_phase: what opfuse's profiler says the model
+  // held before the profile ("parameters", "gradients", "optimizer state", "inputs"), then the
+  // blocks by the part of the step that allocated them ("forward", "backward", "optimizer step",
+  // "outside ops"), and "before the profile (other)": the rest of the allocator's total.
+  std::vector<MemoryHolder> by_module, by_op, by_phase;
+  std::vector<std::pair<double, int64_t>> timeline;  // (µs since the first event, total allocated), the
+                                                     // highest point of each of at most kTimelinePoints spans
+  static constexpr size_t kTimelinePoints = 400;
+};
+std::vector<MemoryTime> memory_time(const trace::Trace& trace, const trace::Model& model);  // largest peak first
+
 // Device events by name (kernels, memcpy, memset, device tasks), over the whole trace.
 struct KernelStat {
   std::string name;
@@ -251,6 +275,7 @@ struct Analysis {
   std::vector<Finding> findings;  // by estimated saving, largest first
   std::vector<ModuleTime> modules;
   std::vector<KernelStat> kernels;
+  std::vector<MemoryTime> memory;    // empty when the profile recorded no allocations
   std::optional<Timeline> timeline;  // with Options::timeline
 };
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace opfuse::trace {
@@ -28,6 +29,17 @@ struct Event {
   int64_t sequence_nr = -1, external_id = -1, correlation = -1, flow_id = -1;
 };
 
+// An allocation (bytes > 0) or a free (bytes < 0) as a profiler records it with its memory
+// profiling on (Kineto's "[memory]" instant events), with the allocator's totals just after it.
+// A CPU allocator counts only what it was asked for while the profile ran.
+struct Allocation {
+  double ts = 0;                // microseconds since Trace::origin_us
+  int64_t pid = 0, tid = 0;     // the thread that allocated or freed
+  int64_t addr = 0, bytes = 0;
+  int64_t total_allocated = -1, total_reserved = -1;  // −1: not recorded
+  int64_t device_type = 0, device_id = -1;            // c10::DeviceType (0: CPU, 1: CUDA …)
+};
+
 // Interned strings: index 0 is the empty string; indices stay valid as the table grows.
 class Strings {
  public:
@@ -45,7 +57,11 @@ class Strings {
 struct Trace {
   Dialect dialect = Dialect::unknown;
   Strings strings;
-  std::vector<Event> events;  // every non-metadata event, in file order
+  std::vector<Event> events;  // every non-metadata event but allocations, in file order
+  std::vector<Allocation> memory;  // the "[memory]" events, in file order
+  // opfuse's profiler: bytes the model held as the profile began, by what ("parameters",
+  // "gradients", "optimizer state", "inputs"), which no allocation in the trace shows.
+  std::vector<std::pair<std::string, int64_t>> memory_before;
   std::unordered_map<int64_t, std::string> process_names, thread_names;
   int64_t origin_us = 0;      // the first timestamp in the file, whole microseconds
   int64_t skipped = 0;        // events dropped as unusable (bad ts, dur …), each with a warning

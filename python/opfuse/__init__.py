@@ -84,7 +84,7 @@ class TuneResult:
 
 
 class Analysis(_Record):
-    """The C++ analysis of a trace: .trace (summary), .ops, .findings, .diff; str() is the table."""
+    """The C++ analysis of a trace: .trace (summary), .ops, .findings, .memory, .diff; str() is the table."""
 
     def __init__(self, data, text, html):
         super().__init__(data)
@@ -341,6 +341,10 @@ def profile(model, inputs, loss_fn, steps=2, path="opfuse.trace.json", optimizer
     for _ in range(warmup):
         work.step()
     profiler = _C.Profiler()
+    # The step begins by dropping the gradients: dropped first, they are not counted as held
+    # beside the ones the profiled steps make (the CPU allocator would not report their free).
+    work.optimizer.zero_grad(set_to_none=True)
+    held = work.held_memory()
     work.set_profiling(True)
     profiler.start()
     try:
@@ -354,7 +358,7 @@ def profile(model, inputs, loss_fn, steps=2, path="opfuse.trace.json", optimizer
         profiler.stop()
         work.set_profiling(False)
     meta = {"opfuse_version": __version__, "torch_version": torch.__version__, "model": work.name(),
-            "threads": torch.get_num_threads(), "batch_size": work.samples_per_step()}
+            "threads": torch.get_num_threads(), "batch_size": work.samples_per_step(), "memory_before": held}
     profiler.write(path, json.dumps(meta))
     return path
 

@@ -127,6 +127,29 @@ def make(native):
             first = self._first_input()
             return int(first.shape[0]) if first is not None else 1
 
+        def held_memory(self):
+            """Bytes the model holds on the CPU between steps, by what, each storage counted once:
+            what a profile's allocations cannot show, as it was allocated before the profile."""
+            seen, held = set(), {}
+
+            def count(what, tensors):
+                for t in tensors:
+                    if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.numel() == 0:
+                        continue
+                    storage = t.untyped_storage()
+                    if storage.data_ptr() in seen:
+                        continue
+                    seen.add(storage.data_ptr())
+                    held[what] = held.get(what, 0) + storage.nbytes()
+
+            params = list(self.model.parameters())
+            count("parameters", params)
+            count("parameters", self.model.buffers())
+            count("gradients", (p.grad for p in params if p.grad is not None))
+            count("optimizer state", (v for state in self.optimizer.state.values() for v in state.values()))
+            count("inputs", self.inputs)
+            return held
+
         def samples_per_step(self):
             """Among ranks, all of theirs (what tune hands in as samples)."""
             return self.samples

@@ -135,6 +135,7 @@ Analysis analyze(const Trace& trace, const std::string& path, const std::vector<
       a.ops = op_table(trace, model);
       a.modules = module_time(trace, model);
       a.kernels = kernel_table(trace, model);
+      a.memory = memory_time(trace, model);
     } catch (...) {
       failed = std::current_exception();
     }

@@ -21,7 +21,16 @@ struct Event {
   std::string module;                   // innermost enclosing module scope, or empty
 };
 
-// Streams events as a Kineto-layout Chrome trace (see trace_writer.cpp).
-void write_trace(const std::string& path, const std::vector<const Event*>& events, const nlohmann::json& metadata);
+// One allocation (bytes > 0) or free (bytes < 0) an allocator reported, with its totals after it.
+struct Allocation {
+  int64_t ts_ns = 0;
+  uint64_t tid = 0, addr = 0;
+  int64_t bytes = 0, total_allocated = 0, total_reserved = 0;
+  int device_type = 0, device_index = -1;  // c10::DeviceType; the device's index (−1: none, as on the CPU)
+};
+
+// Streams events and allocations as a Kineto-layout Chrome trace (see trace_writer.cpp).
+void write_trace(const std::string& path, const std::vector<const Event*>& events, const std::vector<Allocation>& memory,
+                 const nlohmann::json& metadata);
 
 }  // namespace opfuse::profile

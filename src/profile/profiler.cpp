@@ -1,5 +1,7 @@
 // RecordFunction observers → compact per-thread event records.
 #include <ATen/record_function.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <c10/util/Exception.h>
 #include <sys/mman.h>
 
@@ -8,6 +10,7 @@
 #include <mutex>
 #include <new>
 #include <stdexcept>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -40,29 +43,40 @@ struct Record {
 // long-lived records per step sat between the step's tensors, so their freed memory could not
 // be reused whole: each profiled step faulted in fresh pages (B0 at 224 px: +335 MB of RSS and
 // up to +90 % step time, growing step by step). Strings repeat, so each is stored once per thread.
-class RecordLog {
+template <class T>
+class BlockLog {
  public:
-  RecordLog() { intern(""); }  // id 0: no string (a record without a module)
-  RecordLog(const RecordLog&) = delete;
-  RecordLog& operator=(const RecordLog&) = delete;
-  ~RecordLog() { clear(); }
+  BlockLog() = default;
+  BlockLog(const BlockLog&) = delete;
+  BlockLog& operator=(const BlockLog&) = delete;
+  ~BlockLog() { clear(); }
 
-  void push_back(const Record& r) {
+  void push_back(const T& r) {
     if (size_ % kPerBlock == 0 && size_ / kPerBlock == blocks_.size()) {
-      void* block = mmap(nullptr, kPerBlock * sizeof(Record), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      void* block = mmap(nullptr, kPerBlock * sizeof(T), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (block == MAP_FAILED) throw std::bad_alloc();
-      blocks_.push_back(static_cast<Record*>(block));
+      blocks_.push_back(static_cast<T*>(block));
     }
-    new (&blocks_[size_ / kPerBlock][size_ % kPerBlock]) Record(r);
+    new (&blocks_[size_ / kPerBlock][size_ % kPerBlock]) T(r);
     ++size_;
   }
-  const Record& operator[](size_t i) const { return blocks_[i / kPerBlock][i % kPerBlock]; }
+  const T& operator[](size_t i) const { return blocks_[i / kPerBlock][i % kPerBlock]; }
   size_t size() const { return size_; }
   void clear() {
-    for (Record* b : blocks_) munmap(b, kPerBlock * sizeof(Record));
+    for (T* b : blocks_) munmap(b, kPerBlock * sizeof(T));
     blocks_.clear();
     size_ = 0;
   }
+
+ private:
+  static constexpr size_t kPerBlock = (size_t{4} << 20) / sizeof(T);
+  std::vector<T*> blocks_;
+  size_t size_ = 0;
+};
+
+class RecordLog : public BlockLog<Record> {
+ public:
+  RecordLog() { intern(""); }  // id 0: no string (a record without a module)
 
   uint32_t intern(const std::string& s) {
     const auto [it, fresh] = ids_.try_emplace(s, static_cast<uint32_t>(strings_.size()));
@@ -72,9 +86,6 @@ class RecordLog {
   const std::string& string(uint32_t id) const { return *strings_[id]; }
 
  private:
-  static constexpr size_t kPerBlock = (size_t{4} << 20) / sizeof(Record);
-  std::vector<Record*> blocks_;
-  size_t size_ = 0;
   std::unordered_map<std::string, uint32_t> ids_;  // nodes do not move: strings_ points into them
   std::vector<const std::string*> strings_;
 };
@@ -85,6 +96,7 @@ struct ThreadBuffer {
   std::mutex mutex;  // uncontended while recording; taken by write/event_count/clear
   uint64_t tid = 0;
   RecordLog records;
+  BlockLog<Allocation> memory;
   std::vector<std::string> modules;  // open module scopes, innermost last
 };
 
@@ -174,6 +186,29 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* base) {
   b.records.push_back(e);
 }
 
+// Allocations: the allocators report each allocation and free to the PROFILER_STATE debug
+// info of the thread that makes it, while it says memory profiling is on. Its thread id is
+// RecordFunction's, as the ops'.
+struct MemoryReporter : c10::MemoryReportingInfoBase {
+  void reportMemoryUsage(void* ptr, int64_t bytes, size_t total_allocated, size_t total_reserved, c10::Device device) override {
+    if (!running.load(std::memory_order_relaxed)) return;
+    Allocation a;
+    a.ts_ns = now_ns();
+    a.tid = at::RecordFunction::currentThreadId();
+    a.addr = reinterpret_cast<uint64_t>(ptr);
+    a.bytes = bytes;
+    a.total_allocated = static_cast<int64_t>(total_allocated);
+    a.total_reserved = static_cast<int64_t>(total_reserved);
+    a.device_type = static_cast<int>(device.type());
+    a.device_index = device.index();
+    ThreadBuffer& b = buffer();
+    std::lock_guard<std::mutex> lock(b.mutex);
+    b.memory.push_back(a);
+  }
+  bool memoryProfilingEnabled() const override { return running.load(std::memory_order_relaxed); }
+};
+std::thread::id reporting_thread;  // where start() pushed the reporter, so stop() pops it there
+
 Event event_of(const RecordLog& log, const Record& r) {
   Event e;
   e.name = log.string(r.name);
@@ -203,6 +238,7 @@ Profiler::Profiler() {
   for (auto& b : registry()) {
     std::lock_guard<std::mutex> buffer_lock(b->mutex);
     b->records.clear();
+    b->memory.clear();
   }
 }
 
@@ -216,6 +252,8 @@ void Profiler::start() {
   handle = at::addGlobalCallback(
       at::RecordFunctionCallback(on_enter, on_exit).needsInputs(true).needsIds(true).scopes(
           {at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION, at::RecordScope::USER_SCOPE}));
+  c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, std::make_shared<MemoryReporter>());
+  reporting_thread = std::this_thread::get_id();
   running = true;
 }
 
@@ -223,6 +261,8 @@ void Profiler::stop() {
   if (!running) return;
   at::removeCallback(handle);
   running = false;
+  // Stopped on another thread, the reporter stays on the starting thread's stack, silent.
+  if (std::this_thread::get_id() == reporting_thread) c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
 }
 
 size_t Profiler::event_count() const {
@@ -230,23 +270,25 @@ size_t Profiler::event_count() const {
   size_t n = 0;
   for (const auto& b : registry()) {
     std::lock_guard<std::mutex> buffer_lock(b->mutex);
-    n += b->records.size();
+    n += b->records.size() + b->memory.size();
   }
   return n;
 }
 
 void Profiler::write(const std::string& path, const nlohmann::json& metadata) const {
   std::vector<Event> copy;  // a snapshot, so late events cannot move what is being written
+  std::vector<Allocation> memory;
   {
     std::lock_guard<std::mutex> lock(registry_mutex);
     for (const auto& b : registry()) {
       std::lock_guard<std::mutex> buffer_lock(b->mutex);
       for (size_t i = 0; i < b->records.size(); ++i) copy.push_back(event_of(b->records, b->records[i]));
+      for (size_t i = 0; i < b->memory.size(); ++i) memory.push_back(b->memory[i]);
     }
   }
   std::vector<const Event*> events;
   for (const auto& e : copy) events.push_back(&e);
-  write_trace(path, events, metadata);
+  write_trace(path, events, memory, metadata);
 }
 
 }  // namespace opfuse::profile

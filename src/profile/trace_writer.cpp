@@ -82,14 +82,28 @@ std::map<std::pair<uint64_t, int64_t>, const Event*> forward_ops_by_sequence(con
   return first;
 }
 
+// Kineto's record of an allocation: an instant event named "[memory]".
+std::string memory_event(const Allocation& a, int pid, int64_t origin_ns) {
+  return fmt::format(
+      "{{\"ph\": \"i\", \"cat\": \"cpu_instant_event\", \"s\": \"t\", \"name\": \"[memory]\", \"pid\": {}, \"tid\": {}, "
+      "\"ts\": {:.3f}, \"args\": {{\"Total Reserved\": {}, \"Total Allocated\": {}, \"Bytes\": {}, \"Addr\": {}, "
+      "\"Device Type\": {}, \"Device Id\": {}}}}}",
+      pid, a.tid, (a.ts_ns - origin_ns) / 1e3, a.total_reserved, a.total_allocated, a.bytes, a.addr, a.device_type,
+      a.device_index);
+}
+
 }  // namespace
 
-void write_trace(const std::string& path, const std::vector<const Event*>& unsorted, const nlohmann::json& metadata) {
+void write_trace(const std::string& path, const std::vector<const Event*>& unsorted, const std::vector<Allocation>& unsorted_memory,
+                 const nlohmann::json& metadata) {
   std::vector<const Event*> events = unsorted;
   std::stable_sort(events.begin(), events.end(), [](const Event* a, const Event* b) {
     return a->start_ns != b->start_ns ? a->start_ns < b->start_ns : a->end_ns > b->end_ns;  // parents first
   });
-  const int64_t origin = events.empty() ? 0 : events.front()->start_ns;
+  std::vector<Allocation> memory = unsorted_memory;
+  std::stable_sort(memory.begin(), memory.end(), [](const Allocation& a, const Allocation& b) { return a.ts_ns < b.ts_ns; });
+  int64_t origin = events.empty() ? 0 : events.front()->start_ns;
+  if (!memory.empty()) origin = events.empty() ? memory.front().ts_ns : std::min(origin, memory.front().ts_ns);
   const int pid = static_cast<int>(getpid());
 
   Sink out(path);
@@ -100,10 +114,12 @@ void write_trace(const std::string& path, const std::vector<const Event*>& unsor
   out.put(fmt::format("{{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": {}, \"tid\": 0, \"args\": {{\"name\": \"opfuse\"}}}}", pid));
   std::map<uint64_t, bool> threads;
   for (const Event* e : events) threads[e->tid] = true;
+  for (const Allocation& a : memory) threads[a.tid] = true;
   for (const auto& [tid, _] : threads)
     out.put(fmt::format(",\n{{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": {}, \"tid\": {}, \"args\": {{\"name\": \"thread {}\"}}}}",
                         pid, tid, tid));
   for (const Event* e : events) out.put(",\n" + complete_event(*e, pid, origin));
+  for (const Allocation& a : memory) out.put(",\n" + memory_event(a, pid, origin));
 
   const auto forward = forward_ops_by_sequence(events);
   for (const Event* e : events) {

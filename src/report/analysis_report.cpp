@@ -155,6 +155,45 @@ std::string format_device(const analyze::DeviceTime& d) {
   return out;
 }
 
+std::string mb(int64_t bytes) { return fmt::format("{:.1f} MB", static_cast<double>(bytes) / 1e6); }
+
+// "forward 120.3 MB (58%), backward …": the first `show` holders, their share of the peak.
+std::string holders(const std::vector<analyze::MemoryHolder>& rows, int64_t peak, size_t show) {
+  std::string out;
+  for (size_t i = 0; i < rows.size() && i < show; ++i)
+    out += fmt::format("{}{} {} ({:.0f}%)", i ? ", " : "", rows[i].name, mb(rows[i].bytes),
+                       peak > 0 ? 100.0 * static_cast<double>(rows[i].bytes) / static_cast<double>(peak) : 0.0);
+  if (rows.size() > show) out += fmt::format(" (+{} more)", rows.size() - show);
+  return out;
+}
+
+std::string format_memory(const analyze::MemoryTime& d) {
+  std::string out = fmt::format("\nmemory    {}: peak {} at {} ms", d.device, mb(d.peak_bytes), ms(d.peak_at_us));
+  std::string where;
+  if (!d.peak_step.empty()) where = d.peak_step;
+  if (!d.peak_op.empty()) where += (where.empty() ? "" : ", ") + d.peak_op;
+  if (!where.empty()) out += " (" + where + ")";
+  out += fmt::format("; {} allocations, {} frees recorded", d.allocations, d.frees);
+  out += "\n          held at the peak: " + holders(d.by_phase, d.peak_bytes, 6);
+  out += "\n          by module: " + holders(d.by_module, d.peak_bytes, 4);
+  out += "\n          by op: " + holders(d.by_op, d.peak_bytes, 4);
+  return out;
+}
+
+nlohmann::json memory_json(const analyze::MemoryTime& d) {
+  auto rows = [](const std::vector<analyze::MemoryHolder>& list) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : list) out.push_back({{"name", r.name}, {"bytes", r.bytes}, {"blocks", r.blocks}});
+    return out;
+  };
+  nlohmann::json timeline = nlohmann::json::array();
+  for (const auto& [us, bytes] : d.timeline) timeline.push_back({us, bytes});
+  return {{"device", d.device},          {"peak_bytes", d.peak_bytes}, {"peak_at_us", d.peak_at_us},
+          {"peak_step", d.peak_step},    {"peak_op", d.peak_op},       {"allocations", d.allocations},
+          {"frees", d.frees},            {"by_phase", rows(d.by_phase)}, {"by_module", rows(d.by_module)},
+          {"by_op", rows(d.by_op)},      {"timeline", timeline}};
+}
+
 nlohmann::json ops_json(const Analysis& a) {
   nlohmann::json ops = nlohmann::json::array();
   for (const auto& o : a.ops) {
@@ -190,6 +229,7 @@ std::string format_analysis(const Analysis& a, int top, bool all) {
   else
     out += " (no ProfilerStep markers: times are totals over the trace; --steps N divides them)";
   for (const auto& d : s.devices) out += format_device(d);
+  for (const auto& d : a.memory) out += format_memory(d);
   out += "\n";
   for (const auto& w : s.warnings) out += "warning: " + w + "\n";
 
@@ -287,6 +327,8 @@ nlohmann::json analysis_json(const Analysis& a) {
   nlohmann::json device = nullptr, devices = nlohmann::json::array();
   for (const auto& d : a.trace.devices) devices.push_back(device_json(d));
   if (!devices.empty()) device = devices.front();
+  nlohmann::json memory = nlohmann::json::array();  // per device, largest peak first
+  for (const auto& d : a.memory) memory.push_back(memory_json(d));
   return {{"trace", summary_json(a.trace)},
           {"ops", ops_json(a)},
           {"device", device},
@@ -294,6 +336,7 @@ nlohmann::json analysis_json(const Analysis& a) {
           {"findings", findings_json(a.findings, a.trace.backend, a.trace.steps)},
           {"modules", modules_json(a)},
           {"kernels", kernels_json(a)},
+          {"memory", memory},
           {"diff", nullptr}};
 }
 

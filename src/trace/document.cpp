@@ -31,6 +31,26 @@ struct Key {
   bool operator==(std::string_view k) const { return std::memcmp(raw, k.data(), k.size()) == 0 && raw[k.size()] == '"'; }
 };
 
+// opfuse's metadata {"memory_before": {"parameters": bytes, …}}: what the model held as the
+// profile began, which the allocations in the trace cannot show. Anything else there is ignored.
+std::vector<std::pair<std::string, int64_t>> memory_before_of(value meta) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  if (meta.type() != json_type::object) return out;
+  for (auto field : meta.get_object()) {
+    if (field.unescaped_key().value() != "memory_before") continue;
+    value held = field.value();
+    if (held.type() != json_type::object) return out;
+    for (auto part : held.get_object()) {
+      const std::string what(part.unescaped_key().value());
+      value v = part.value();
+      if (v.type() != json_type::number) continue;
+      const double bytes = v.get_double();
+      if (bytes >= 0 && bytes < 9e18) out.emplace_back(what, static_cast<int64_t>(bytes));
+    }
+  }
+  return out;
+}
+
 // "distributedInfo": {"rank": N, …}'s rank, or -1 when it has none a number can say.
 int64_t rank_of(value info) {
   if (info.type() != json_type::object) return -1;
@@ -293,7 +313,7 @@ struct Reader {
     return intern(s.substr(0, end), stack_memo);
   }
 
-  void args(simdjson::ondemand::object obj, Event& e, std::string* metadata_name) {
+  void args(simdjson::ondemand::object obj, Event& e, std::string* metadata_name, Allocation& memory) {
     for (auto field : obj) {
       const Key key{field.key().value().raw()};
       value v = field.value();
@@ -306,12 +326,19 @@ struct Reader {
       else if (key == "Call stack") e.stack = stack(v);
       else if (key == "name" && metadata_name != nullptr && v.type() == json_type::string)
         *metadata_name = std::string(v.get_string().value());
+      else if (key == "Bytes") memory.bytes = integer(v);
+      else if (key == "Addr") memory.addr = integer(v);
+      else if (key == "Total Allocated") memory.total_allocated = integer(v);
+      else if (key == "Total Reserved") memory.total_reserved = integer(v);
+      else if (key == "Device Type") memory.device_type = integer(v);
+      else if (key == "Device Id") memory.device_id = integer(v);
     }
   }
 
   // Returns false (with the reason) for an event to skip; the JSON itself was well formed.
   void event(simdjson::ondemand::object obj) {
     Event e;
+    Allocation memory;
     std::string metadata_name;
     bool has_ts = false;
     std::string bad;
@@ -342,7 +369,7 @@ struct Reader {
         } else if (key == "bp") {
           e.binds_enclosing = v.type() == json_type::string && v.get_string().value() == "e";
         } else if (key == "args" && v.type() == json_type::object) {
-          args(v.get_object(), e, &metadata_name);
+          args(v.get_object(), e, &metadata_name, memory);
         }
       } catch (const BadEvent& why) {
         if (bad.empty()) bad = why.what();
@@ -351,6 +378,11 @@ struct Reader {
     if (e.phase == 'M') return metadata(e, metadata_name);
     if (bad.empty() && !has_ts) bad = "no ts";
     if (!bad.empty()) throw BadEvent(bad);
+    if (e.phase == 'i' && trace.strings[e.name] == "[memory]") {
+      memory.ts = e.ts, memory.pid = e.pid, memory.tid = e.tid;
+      trace.memory.push_back(memory);
+      return;
+    }
     trace.events.push_back(e);
   }
 
@@ -442,6 +474,7 @@ Trace parse(Document& in) {
           found = true;
         } else if (key == "opfuse") {
           in.top.opfuse = true;
+          in.top.memory_before = memory_before_of(field.value());
         } else if (key == "distributedInfo") {
           in.top.rank = rank_of(field.value());
         }

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "opfuse/trace.h"
 
@@ -14,9 +17,11 @@ namespace opfuse::trace::detail {
 struct TopLevel {
   bool opfuse = false;  // an "opfuse" key: opfuse's own profiler wrote it
   int64_t rank = -1;    // "distributedInfo": {"rank": N}, as Kineto writes for each process
+  std::vector<std::pair<std::string, int64_t>> memory_before;  // "opfuse": {"memory_before": {what: bytes}}
   void add(const TopLevel& o) {
     opfuse |= o.opfuse;
     if (o.rank >= 0) rank = o.rank;
+    if (!o.memory_before.empty()) memory_before = o.memory_before;
   }
 };
 

@@ -212,9 +212,12 @@ struct Builder {
     const double i_end = end(i);
     while (!stack.empty() && !holds(stack.back(), i)) stack.pop_back();
     // Profilers round: a slice that runs a hair past its parent still belongs to it. A step or
-    // annotation crossed by an op is closed early rather than cutting the op out.
+    // annotation crossed by an op is closed early rather than cutting the op out; so is a Python
+    // frame (with_stack) crossed by an op, step or scope (record_function opens its scope inside
+    // its __enter__ frame and outlives it).
     while (!stack.empty() && i_end > end(stack.back()) + kOverhang &&
-           (m.kind[stack.back()] == Kind::step || m.kind[stack.back()] == Kind::annotation))
+           (m.kind[stack.back()] == Kind::step || m.kind[stack.back()] == Kind::annotation ||
+            (m.kind[stack.back()] == Kind::other && m.kind[i] != Kind::other)))
       stack.pop_back();
     if (!stack.empty() && i_end > end(stack.back()) + kOverhang) {
       ++lane.overlapping;

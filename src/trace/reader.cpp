@@ -246,6 +246,10 @@ class Merger {
       begin_end_ |= is_begin_end(e);
       into_.events.push_back(e);
     }
+    for (Allocation a : part.memory) {
+      a.pid = id(a.pid), a.tid = id(a.tid);
+      into_.memory.push_back(a);
+    }
     for (auto& [pid, n] : part.process_names) into_.process_names[id(pid)] = n;
     for (auto& [tid, n] : part.thread_names) into_.thread_names[id(tid)] = n;
     into_.skipped += part.skipped;
@@ -456,6 +460,7 @@ Trace parse_bytes(std::string_view json, const std::string& name, size_t chunk_b
   if (begin_end) close_begin_end(trace, name);
   trace.dialect = detect(trace, top.opfuse);
   trace.rank = top.rank;
+  trace.memory_before = top.memory_before;
   return trace;
 }
 
