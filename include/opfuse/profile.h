@@ -5,8 +5,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
+
+namespace torch::optim {
+class Optimizer;
+}
 
 namespace opfuse::profile {
 
@@ -38,5 +46,14 @@ class Profiler {
   // "opfuse" object. Throws std::runtime_error naming the file on I/O failure.
   void write(const std::string& path, const nlohmann::json& metadata) const;
 };
+
+// Bytes a model holds on the CPU between steps, each storage counted once, by what:
+// "parameters", "optimizer state" (the tensors of torch::optim's SGD, Adam and AdamW states),
+// "inputs" (batches kept for every step). A profile's allocations cannot show them, as they were
+// made before it: written as the trace's "memory_before", analyze adds them to the peak.
+// Gradients are left out: a training step drops them first.
+std::map<std::string, int64_t> held_memory(const std::vector<at::Tensor>& parameters,
+                                           const torch::optim::Optimizer* optimizer,
+                                           const std::vector<at::Tensor>& inputs);
 
 }  // namespace opfuse::profile

@@ -97,6 +97,10 @@ struct Replacement {
   double estimated_gain = 0;
   bool has_estimate = false, estimate_disagrees = false;
   std::string why;  // why it was not kept
+  // Kept: the CPU memory peak of the baseline with this rewrite alone, from a profile of its own
+  // (bytes; −1: not measured). Side::analysis' memory holds the baseline's and the tuned model's.
+  int64_t peak_memory_bytes = -1;
+  std::string memory_trace;  // the profile it comes from
 };
 
 // Whether a rewrite not kept alone is timed with the others like it, to be kept as a group: its

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -60,6 +61,9 @@ class Workload {
   virtual std::vector<Rewrite> rewrites_for(const analyze::Rule& rule) const = 0;
   // Called around profiled steps: a Python model opens its module scopes only then.
   virtual void set_profiling(bool /*on*/) {}
+  // Bytes held on the CPU between steps by what ("parameters", "optimizer state", "inputs"),
+  // written with a profile (see profile::held_memory); empty when not known.
+  virtual std::map<std::string, int64_t> held_memory() { return {}; }
   // Writes the model so it can be used; returns the paths written.
   virtual std::vector<std::string> save(const std::string& path_without_extension) const = 0;
 

@@ -341,9 +341,6 @@ def profile(model, inputs, loss_fn, steps=2, path="opfuse.trace.json", optimizer
     for _ in range(warmup):
         work.step()
     profiler = _C.Profiler()
-    # The step begins by dropping the gradients: dropped first, they are not counted as held
-    # beside the ones the profiled steps make (the CPU allocator would not report their free).
-    work.optimizer.zero_grad(set_to_none=True)
     held = work.held_memory()
     work.set_profiling(True)
     profiler.start()

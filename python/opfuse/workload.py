@@ -129,7 +129,8 @@ def make(native):
 
         def held_memory(self):
             """Bytes the model holds on the CPU between steps, by what, each storage counted once:
-            what a profile's allocations cannot show, as it was allocated before the profile."""
+            what a profile's allocations cannot show, as it was allocated before the profile.
+            Gradients are left out: the step drops them first."""
             seen, held = set(), {}
 
             def count(what, tensors):
@@ -145,7 +146,6 @@ def make(native):
             params = list(self.model.parameters())
             count("parameters", params)
             count("parameters", self.model.buffers())
-            count("gradients", (p.grad for p in params if p.grad is not None))
             count("optimizer state", (v for state in self.optimizer.state.values() for v in state.values()))
             count("inputs", self.inputs)
             return held

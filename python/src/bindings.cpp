@@ -52,6 +52,10 @@ class PyWorkload : public Workload {
   std::string sample_unit() const override { PYBIND11_OVERRIDE(std::string, Workload, sample_unit); }
   double step() override { PYBIND11_OVERRIDE_PURE(double, Workload, step); }
   void set_profiling(bool on) override { PYBIND11_OVERRIDE(void, Workload, set_profiling, on); }
+  std::map<std::string, int64_t> held_memory() override {
+    using Held = std::map<std::string, int64_t>;
+    PYBIND11_OVERRIDE(Held, Workload, held_memory);
+  }
   int rank() const override { PYBIND11_OVERRIDE(int, Workload, rank); }
   int ranks() const override { PYBIND11_OVERRIDE(int, Workload, ranks); }
   std::vector<std::string> gather(const std::string& mine) const override {

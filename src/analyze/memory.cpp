@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -87,7 +88,7 @@ class Charger {
       if (slice >= 0 && m_.kind[slice] == Kind::annotation) o.module = t_.events[slice].name;
       return o;
     }
-    o.op = t_.events[op].name;
+    o.op = t_.events[charged_op(op)].name;
     o.phase = 1;
     int32_t forward = -1;  // a backward op's forward op, whose module it is charged to
     for (int32_t x = op; x >= 0; x = m_.op_parent[x]) {
@@ -106,6 +107,16 @@ class Charger {
       o.backward = o.module != 0;
     }
     return o;
+  }
+
+  // The op a block is charged to: the innermost one that is more than an allocation (a
+  // convolution's output is made by the aten::empty inside it).
+  int32_t charged_op(int32_t op) const {
+    static const std::unordered_set<std::string> makers = {
+        "aten::empty",     "aten::empty_strided", "aten::empty_like", "aten::new_empty", "aten::new_empty_strided",
+        "aten::zeros",     "aten::zeros_like",    "aten::resize_",    "aten::new_zeros", "aten::empty_permuted"};
+    while (m_.op_parent[op] >= 0 && makers.count(t_.strings[t_.events[op].name]) > 0) op = m_.op_parent[op];
+    return op;
   }
 
   // The innermost module scope around an op (not the step's own scopes), or 0.

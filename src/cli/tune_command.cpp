@@ -119,6 +119,8 @@ int run_tune(TuneArgs& a) {
   if (!a.json.empty()) report::write_json(a.json, json, a.force);
   std::fprintf(out, "\nwrote %s/report.json, %s/report.html, %s", dir.c_str(), dir.c_str(), r.baseline.trace.c_str());
   if (r.any_verified) std::fprintf(out, ", %s", r.tuned.trace.c_str());
+  for (const auto& rep : r.replacements)
+    if (!rep.memory_trace.empty()) std::fprintf(out, ", %s", rep.memory_trace.c_str());
   for (const auto& f : r.saved) std::fprintf(out, ", %s", f.c_str());
   std::fputs("\n", out);
   return r.any_verified ? 0 : 1;

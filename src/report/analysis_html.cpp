@@ -112,19 +112,20 @@ constexpr std::string_view kPage = R"page(<!doctype html>
   }
 
   const W = 1100, LABEL = 340, VALUE = 90, ROW = 22, BAR = 14;
+  const mb = (bytes) => (isNum(bytes) ? `${(bytes / 1e6).toFixed(1)} MB` : "?");
 
   // Horizontal bars: rows [{label, value (us), colour}], the label column clipped, full name in <title>.
-  function barChart(rows) {
+  function barChart(rows, label = (v) => `${ms(v)} ms`) {
     const max = Math.max(1e-9, ...rows.map((r) => (isNum(r.value) ? r.value : 0)));
     const span = W - LABEL - VALUE;
     const chart = svgEl("svg", { class: "chart", viewBox: `0 0 ${W} ${rows.length * ROW + 4}`, role: "img" });
     rows.forEach((r, i) => {
       const y = i * ROW + 2, v = isNum(r.value) ? r.value : 0, w = v > 0 ? Math.max(1, (v / max) * span) : 0;
       const g = svgEl("g", {});
-      g.append(svgEl("title", {}, `${r.label}: ${ms(r.value)} ms`));
+      g.append(svgEl("title", {}, `${r.label}: ${label(r.value)}`));
       g.append(svgEl("text", { x: LABEL - 8, y: y + BAR - 2, "text-anchor": "end" }, clip(r.label, 48)));
       g.append(svgEl("rect", { x: LABEL, y, width: w.toFixed(1), height: BAR, rx: 2, fill: r.colour || "var(--bar)" }));
-      g.append(svgEl("text", { class: "value", x: LABEL + w + 6, y: y + BAR - 2 }, `${ms(r.value)} ms`));
+      g.append(svgEl("text", { class: "value", x: LABEL + w + 6, y: y + BAR - 2 }, label(r.value)));
       chart.append(g);
     });
     return chart;
@@ -340,6 +341,10 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     const rows = [["step time, ms (median)", `${fixed(b.step_ms, 2)} ${range(b.step_ms_ci)}`, `${fixed(a.step_ms, 2)} ${range(a.step_ms_ci)}`],
       [`${unit}/s (from step time)`, fixed(b.images_per_sec, 1), fixed(a.images_per_sec, 1)],
       ["ops per step", count(b.ops_per_step), count(a.ops_per_step)]];
+    if (isNum(b.peak_memory_bytes) && isNum(a.peak_memory_bytes))
+      rows.push(["peak memory (profiled)", mb(b.peak_memory_bytes), mb(a.peak_memory_bytes)]);
+    list(t.replacements).filter((r) => r.kept && isNum(r.peak_memory_bytes)).forEach((r) =>
+      rows.push([`peak memory with ${str(r.rule)} alone (profiled)`, mb(b.peak_memory_bytes), mb(r.peak_memory_bytes)]));
     list(t.rule_times).forEach((r) => {
       rows.push([`${str(r.rule)} small ops per step`, count(r.ops_per_step_before), count(r.ops_per_step_after)]);
       rows.push([`time under ${str(r.rule)} per step (ms, profiled)`, ms(r.us_per_step_before), ms(r.us_per_step_after)]);
@@ -686,6 +691,41 @@ constexpr std::string_view kPage = R"page(<!doctype html>
         pctChart(list(overlap.lanes).map((l) => ({ label: str(l.name), pct: l.pct, colour: "var(--other)" }))));
   }
 
+  // --- Memory: the allocator's total over the profile, and who holds its peak ------------------
+
+  // The total as a line over the profile's time, its peak marked.
+  function memoryCurve(points, peakAt, peak) {
+    const H = 180, PAD = 40, first = points[0][0], last = points[points.length - 1][0];
+    const top = Math.max(1, ...points.map((p) => p[1])), span = Math.max(1e-9, last - first);
+    const x = (us) => PAD + ((us - first) / span) * (W - 2 * PAD), y = (b) => H - 20 - (b / top) * (H - 40);
+    const chart = svgEl("svg", { class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img" });
+    chart.append(svgEl("title", {}, `allocated memory over the profile; peak ${mb(peak)} at ${ms(peakAt)} ms`));
+    const d = points.map((p, i) => `${i ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
+    chart.append(svgEl("path", { d, fill: "none", stroke: "var(--bar)", "stroke-width": 1.5 }));
+    chart.append(svgEl("circle", { cx: x(peakAt).toFixed(1), cy: y(peak).toFixed(1), r: 4, fill: "var(--save)" }));
+    chart.append(svgEl("text", { x: Math.min(W - 150, x(peakAt) + 8), y: y(peak) + 4 }, `peak ${mb(peak)}`));
+    chart.append(svgEl("line", { x1: PAD, y1: y(0), x2: W - PAD, y2: y(0), stroke: "var(--other)" }));
+    chart.append(svgEl("text", { x: PAD - 6, y: y(0) + 4, "text-anchor": "end" }, "0"));
+    chart.append(svgEl("text", { x: PAD, y: H - 4 }, `${ms(first)} ms`));
+    chart.append(svgEl("text", { x: W - PAD, y: H - 4, "text-anchor": "end" }, `${ms(last)} ms`));
+    return chart;
+  }
+
+  function renderMemory(memory) {
+    for (const d of list(memory)) {
+      if (!d || !isNum(d.peak_bytes)) continue;
+      const where = [str(d.peak_step), str(d.peak_op)].filter((w) => w).join(", ");
+      const s = section(`Memory (${str(d.device)})`, `Peak ${mb(d.peak_bytes)} at ${ms(d.peak_at_us)} ms` +
+        (where ? ` (${where})` : "") + `; ${count(d.allocations)} allocations and ${count(d.frees)} frees recorded.`);
+      s.id = `memory-${str(d.device)}`;
+      const points = list(d.timeline).filter((p) => Array.isArray(p) && isNum(p[0]) && isNum(p[1]));
+      if (points.length > 1) s.append(el("h3", {}, "Allocated over the profile"), memoryCurve(points, d.peak_at_us, d.peak_bytes));
+      for (const [title, rows] of [["Held at the peak", d.by_phase], ["By module", d.by_module], ["By op", d.by_op]])
+        if (list(rows).length)
+          s.append(el("h3", {}, title), barChart(list(rows).slice(0, 12).map((r) => ({ label: str(r.name), value: r.bytes })), mb));
+    }
+  }
+
   // --- Time per module ------------------------------------------------------------------------
   function renderModules(modules) {
     const top = list(modules && modules.top);
@@ -713,6 +753,7 @@ constexpr std::string_view kPage = R"page(<!doctype html>
   renderFindings(list(data.findings));
   renderDevice(data.device, data.devices, data.kernels);
   renderModules(data.modules);
+  renderMemory(data.memory);
   // The comparison is the result when there is one, so it comes before the long op table.
   if (data.diff) renderDiff(data.diff);
   renderOps(ops);

@@ -27,6 +27,18 @@ int slowest_rank(const tune::Side& s) {
   return static_cast<int>(std::max_element(s.rank_step_ms.begin(), s.rank_step_ms.end()) - s.rank_step_ms.begin());
 }
 
+// The CPU's memory peak in a side's profile, or −1.
+int64_t peak_memory(const analyze::Analysis& a) {
+  for (const auto& d : a.memory)
+    if (d.device == "cpu") return d.peak_bytes;
+  return -1;
+}
+nlohmann::json peak_memory_json(const analyze::Analysis& a) {
+  const int64_t peak = peak_memory(a);
+  return peak >= 0 ? nlohmann::json(peak) : nlohmann::json(nullptr);
+}
+std::string mb(int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / 1e6); }
+
 nlohmann::json side_json(const tune::Side& s) {
   nlohmann::json j = {{"variant", s.variant},
           {"step_ms", s.step_ms.median},
@@ -35,6 +47,7 @@ nlohmann::json side_json(const tune::Side& s) {
           {"images_per_sec", s.images_per_sec},
           {"images_per_sec_ci", interval_json(s.images_per_sec_ci)},
           {"ops_per_step", s.ops_per_step},
+          {"peak_memory_bytes", peak_memory_json(s.analysis)},
           {"profiled_step_ms", s.analysis.trace.step_us / 1000},
           {"trace", s.trace}};
   if (!s.rank_step_ms.empty()) j["rank_step_ms"] = s.rank_step_ms, j["slowest_rank"] = slowest_rank(s);
@@ -119,6 +132,10 @@ std::string format_tune(const TuneResult& r) {
   rows.push_back({"ops per step", fmt::format("{:.0f}", r.baseline.ops_per_step),
                   fmt::format("{:.0f}", r.tuned.ops_per_step),
                   percent(r.tuned.ops_per_step / std::max(1.0, r.baseline.ops_per_step))});
+  const int64_t peak_before = peak_memory(r.baseline.analysis), peak_after = peak_memory(r.tuned.analysis);
+  if (peak_before > 0 && peak_after >= 0)
+    rows.push_back({"peak memory, MB (profiled)", mb(peak_before), mb(peak_after),
+                    percent(static_cast<double>(peak_after) / static_cast<double>(peak_before))});
   for (const auto& t : r.rule_times) {
     rows.push_back({fmt::format("{} small ops per step", t.rule), fmt::format("{:.0f}", t.ops_per_step_before),
                     fmt::format("{:.0f}", t.ops_per_step_after), ""});
@@ -127,6 +144,10 @@ std::string format_tune(const TuneResult& r) {
                     t.us_per_step_before > 0 ? percent(t.us_per_step_after / t.us_per_step_before) : ""});
   }
   out += "\nbaseline -> tuned (changes from paired rounds)\n" + format_table({"", "baseline", "tuned", "change"}, rows);
+  for (const auto& rep : r.replacements)
+    if (rep.kept && rep.peak_memory_bytes >= 0 && peak_before > 0)
+      out += fmt::format("memory: with {} alone, peak {} MB -> {} MB ({}), profiled\n", rep.rule, mb(peak_before),
+                         mb(rep.peak_memory_bytes), percent(static_cast<double>(rep.peak_memory_bytes) / static_cast<double>(peak_before)));
   out += format_ranks(r);
   out += fmt::format("baseline: {}\ntuned:    {}\n", r.baseline.variant, r.tuned.variant);
   return out;
@@ -153,6 +174,8 @@ nlohmann::json replacement_json(const Replacement& r) {
           {"estimate_disagrees", r.estimate_disagrees},
           {"kept", r.kept},
           {"kept_as_group", r.kept_as_group},
+          {"peak_memory_bytes", r.peak_memory_bytes >= 0 ? nlohmann::json(r.peak_memory_bytes) : nlohmann::json(nullptr)},
+          {"memory_trace", r.memory_trace},
           {"why", r.why}};
 }
 

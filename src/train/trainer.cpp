@@ -141,6 +141,7 @@ std::vector<double> run_profiled_steps(Session& s, int count, int first_step) {
 // Returns the profiled steps' median time and the events written.
 std::pair<double, size_t> profile_steps(const TrainOptions& o, Session& s, int first_step) {
   profile::Profiler profiler;
+  const auto held = profile::held_memory(s.model->parameters(), s.optimizer.get(), {});
   profiler.start();
   const std::vector<double> step_ms = run_profiled_steps(s, o.profile_steps, first_step);
   profiler.stop();
@@ -153,7 +154,8 @@ std::pair<double, size_t> profile_steps(const TrainOptions& o, Session& s, int f
                                 {"drop_connect", o.drop_connect},
                                 {"threads", at::get_num_threads()},
                                 {"batch_size", o.batch_size},
-                                {"image_size", s.image_size}};
+                                {"image_size", s.image_size},
+                                {"memory_before", held}};
   profiler.write(o.profile, metadata);
   return {median(step_ms), profiler.event_count()};
 }

@@ -174,6 +174,14 @@ std::unique_ptr<torch::optim::Optimizer> ModelWorkload::make_optimizer(const std
   return std::make_unique<torch::optim::SGD>(params, options);
 }
 
+std::map<std::string, int64_t> ModelWorkload::held_memory() {
+  std::vector<at::Tensor> params, inputs;
+  for (auto& [name, p] : model_->named_parameters()) params.push_back(p);
+  for (const auto& batch : batches_->inputs) inputs.insert(inputs.end(), batch.begin(), batch.end());
+  inputs.insert(inputs.end(), batches_->targets.begin(), batches_->targets.end());
+  return profile::held_memory(params, optimizer_.get(), inputs);
+}
+
 std::string ModelWorkload::describe() const {
   return fused_sgd_ ? model_->describe() + " optimizer=opfuse::optim::SGD" : model_->describe();
 }

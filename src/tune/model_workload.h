@@ -53,6 +53,7 @@ class ModelWorkload : public Workload {
   Probe probe(at::ScalarType dtype, uint64_t seed, double nudge) override;
   std::vector<Rewrite> rewrites_for(const analyze::Rule& rule) const override;
   std::vector<std::string> save(const std::string& path) const override { return model_->save(path); }
+  std::map<std::string, int64_t> held_memory() override;
 
   rewrite::Model& model() { return *model_; }
 

@@ -37,8 +37,10 @@ void warn(const Hooks& h, const std::string& warning) {
 constexpr int kProfileWarmup = 12;
 
 // Profiles `steps` steps of the workload into path and analyzes the trace.
-analyze::Analysis profile_and_analyze(Workload& w, const TuneOptions& o, const std::string& path, int first_step) {
+// Profiles o.profile_steps steps of w into the trace at path.
+void profile_to(Workload& w, const TuneOptions& o, const std::string& path, int first_step) {
   profile::Profiler profiler;
+  const std::map<std::string, int64_t> held = w.held_memory();
   w.set_profiling(true);
   profiler.start();
   try {
@@ -55,15 +57,40 @@ analyze::Analysis profile_and_analyze(Workload& w, const TuneOptions& o, const s
   w.set_profiling(false);
   nlohmann::json metadata = {{"opfuse_version", "0.1.0"},       {"torch_version", TORCH_VERSION},
                              {"model", w.name()},                {"variant", w.describe()},
-                             {"threads", at::get_num_threads()}, {"batch_size", w.samples_per_step()}};
+                             {"threads", at::get_num_threads()}, {"batch_size", w.samples_per_step()},
+                             {"memory_before", held}};
   if (w.ranks() > 1) metadata["distributedInfo"] = {{"rank", w.rank()}, {"world_size", w.ranks()}};
   profiler.write(path, metadata);
+}
+
+analyze::Analysis profile_and_analyze(Workload& w, const TuneOptions& o, const std::string& path, int first_step) {
+  profile_to(w, o, path, first_step);
   const trace::Trace t = trace::read_trace(path);
   analyze::Options options;
   options.timeline = true;  // the report page draws a step of each side
   if (o.measure_ops)
     options.measure = [](const std::string& op, const std::string& dims) { return bench::time_fused_op(op, dims); };
   return analyze::analyze(t, path, o.rules, options);
+}
+
+// The CPU's memory peak in an analysis (bytes), or −1 when its profile recorded none.
+int64_t cpu_peak(const std::vector<analyze::MemoryTime>& memory) {
+  for (const auto& d : memory)
+    if (d.device == "cpu") return d.peak_bytes;
+  return -1;
+}
+
+// The memory peak of the pristine model with one kept rewrite alone, from a profile of its own,
+// so each rewrite's effect on memory is measured apart. Two steps make every buffer the step
+// keeps (the optimizer's state); a peak needs no more warm-up than that.
+int64_t peak_with(const Workload& pristine, const Rewrite& rewrite, const TuneOptions& o, const std::string& path) {
+  const std::shared_ptr<Workload> w = pristine.clone();
+  rewrite.apply(*w);
+  const int warmup = std::max(o.warmup, 2);
+  for (int i = 0; i < warmup; ++i) w->step();
+  profile_to(*w, o, path, warmup + 1);
+  const trace::Trace t = trace::read_trace(path);
+  return cpu_peak(analyze::memory_time(t, trace::build_model(t)));
 }
 
 double ops_per_step(const analyze::Analysis& a) {
@@ -502,6 +529,13 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
   result.tuned.analysis = profile_and_analyze(*tuned, o, result.tuned.trace, o.warmup + 1);
   result.tuned.ops_per_step = ops_per_step(result.tuned.analysis);
   result.diff = analyze::diff(result.baseline.analysis, result.tuned.analysis);
+  say(h, "memory: each kept rewrite alone, profiled");
+  for (size_t i : verified_index) {
+    Replacement& r = result.replacements[i];
+    if (!r.kept) continue;
+    r.memory_trace = o.out_dir + "/" + trace_name(pristine, "kept-" + r.rule);
+    r.peak_memory_bytes = peak_with(pristine, rewrites[i], o, r.memory_trace);
+  }
   result.rule_times = rule_times(result, o);
   result.saved = tuned_model->save(o.out_dir + "/tuned");
   if (tuned_out) *tuned_out = tuned_model;

@@ -36,6 +36,10 @@ cat > "$tmp/analysis.json" <<'JSON'
   {"name": "aten::fill_", "count": 5, "total_us": 100.0, "self_us": 100.0, "mean_us": 20.0, "device_us": null},
   {"name": "aten::detach", "count": 8, "total_us": 50.0, "self_us": 50.0, "mean_us": 6.25, "device_us": null}],
  "device": {"kernel_us": 123.0, "idle_us": 45.0},
+ "memory": [{"device": "cpu", "peak_bytes": 12500000, "peak_at_us": 40.0, "peak_step": "ProfilerStep#2", "peak_op": "aten::mm",
+             "allocations": 300, "frees": 290, "by_phase": [{"name": "optimizer state", "bytes": 8000000, "blocks": 0},
+             {"name": "backward", "bytes": 4500000, "blocks": 12}], "by_module": [], "by_op": [{"name": "aten::mm", "bytes": 4500000, "blocks": 12}],
+             "timeline": [[0, 8000000], [40, 12500000], "bad", [90, 8000000]]}, null],
  "timeline": {"step": "", "dur_us": 10, "lanes": [{"name": "thread 1", "rows": 1}, null], "names": ["aten::mul"],
               "slices": [[0, 0, 1, 2, 0, -1, 7], "bad", [9, 0, 0, 1, 0, -1, -1], [0, 0, "x", 1], [0, 5, 1, 1, 0, -1, -1], [0, 0, 4, 1, 0, 99, 0]]},
  "findings": [
@@ -91,6 +95,9 @@ expect 'class="finding" data-rule="se_gate"'
 expect '<svg'
 expect '<rect'
 expect 'id="diff"'
+expect 'id="memory-cpu"'
+expect 'Peak 12.5 MB at 0.04 ms (ProfilerStep#2, aten::mm)'
+expect 'optimizer state: 8.0 MB'
 expect 'Findings that vanished'
 # Malformed slices (unknown lane or row, non-numbers, a finding index out of range) are dropped, not drawn.
 expect 'class="timeline" data-trace="trace" data-slices="2"'
