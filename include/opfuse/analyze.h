@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "opfuse/trace.h"
@@ -111,7 +112,32 @@ struct OpStat {
   std::string name;
   int64_t count = 0;
   double total_us = 0, self_us = 0, device_us = 0;
+  // The roofline: the work of the calls whose shapes say it (op_work), and their time (inclusive
+  // host time; device time on a device backend). All 0 when no call's work is known.
+  double flops = 0, bytes = 0, work_us = 0;
 };
+
+// What one call of an op does, from its recorded input shapes (src/analyze/roofline.cpp): the
+// floating-point operations and the bytes it must move at least. For the matrix products,
+// convolutions (at stride 1: a trace holds no strides), elementwise ops, norms, softmax and
+// attention; zero for any other op or unknown shapes.
+struct Work {
+  double flops = 0, bytes = 0;
+};
+Work op_work(const std::string& op, const std::vector<std::vector<int64_t>>& inputs, const std::vector<std::string_view>& types);
+
+// A machine's measured peaks, for the op table's roofline (0: not known). An op whose FLOPs per
+// byte fall below peak_flops / peak_bytes is bound by memory bandwidth: fusion is what helps it.
+struct Roofline {
+  double flops_per_s = 0, bytes_per_s = 0;
+  int threads = 0;
+  std::string source;  // how they were had: "measured here", "cached in …"
+  bool known() const { return flops_per_s > 0 && bytes_per_s > 0; }
+};
+// Peaks measured earlier on this machine at this many threads (bench::machine_roofline caches
+// them), or an unknown Roofline.
+Roofline cached_roofline(int threads);
+void cache_roofline(const Roofline& r);
 
 struct Location {
   std::string where;
@@ -276,6 +302,7 @@ struct Analysis {
   std::vector<ModuleTime> modules;
   std::vector<KernelStat> kernels;
   std::vector<MemoryTime> memory;    // empty when the profile recorded no allocations
+  Roofline roofline;                 // Options::roofline, for the report
   std::optional<Timeline> timeline;  // with Options::timeline
 };
 
@@ -287,6 +314,7 @@ struct Options {
   Measure measure;  // empty: every saving comes from the bandwidth model
   int min_chain_occurrences = 2;
   bool timeline = false;  // also lay out one step for the HTML page (costs a pass and its slices)
+  Roofline roofline;  // this machine's peaks, for a trace recorded on it (unknown: FLOPs and bytes only)
   // How many training steps the trace holds, for a trace without ProfilerStep markers (0: not
   // known, times stay totals). A trace whose markers count otherwise is refused.
   int64_t steps = 0;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "opfuse/analyze.h"
 #include "opfuse/measure.h"
 
 namespace opfuse::bench {
@@ -75,5 +76,9 @@ namespace opfuse::bench {
 // batch_norm_silu in training mode, drop_connect_add with p = 0.2), median of repeated calls;
 // −1 for an op or shape it cannot time. analyze uses it for its estimates.
 double time_fused_op(const std::string& op, const std::string& dims);
+
+// This machine's peak compute and memory bandwidth at `threads` intra-op threads, for the op
+// table's roofline: measured once (about a second) and cached (analyze::cache_roofline).
+analyze::Roofline machine_roofline(int threads);
 
 }  // namespace opfuse::bench

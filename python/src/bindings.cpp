@@ -3,6 +3,7 @@
 // subclass whose methods are Python.
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
+#include <ATen/Parallel.h>
 #include <torch/csrc/utils/pybind.h>
 #include <ATen/record_function.h>
 
@@ -218,8 +219,12 @@ py::dict analyze_paths(const std::vector<std::string>& paths, const std::vector<
                        bool measure, int top) {
   if (paths.empty() || paths.size() > 2) throw std::invalid_argument("analyze takes one trace, or two to compare");
   opfuse::analyze::Options options;
-  if (measure)
+  // As the command line: timing here (and this machine's peaks) only when asked; else the peaks an earlier run cached.
+  options.roofline = opfuse::analyze::cached_roofline(at::get_num_threads());
+  if (measure) {
     options.measure = [](const std::string& op, const std::string& dims) { return opfuse::bench::time_fused_op(op, dims); };
+    options.roofline = opfuse::bench::machine_roofline(at::get_num_threads());
+  }
   std::vector<opfuse::analyze::Analysis> analyses;
   for (const auto& p : paths) {
     const opfuse::trace::Trace t = opfuse::trace::read_trace(p);

@@ -5,6 +5,7 @@
 #include <exception>
 #include <stdexcept>
 #include <thread>
+#include <unordered_map>
 
 #include "analyze/findings.h"
 #include "analyze/repeated_steps.h"
@@ -73,8 +74,39 @@ Summary summarise(const Trace& t, const Model& m, const std::string& path, Backe
   return s;
 }
 
-// Per op name: count, inclusive and self time, and the device time of what it launched.
+// op_work per event, worked out once per (name, shapes, types): a trace repeats a few hundred.
+struct OpWork {
+  struct Key {
+    uint32_t name, dims, types;
+    bool operator==(const Key& o) const { return name == o.name && dims == o.dims && types == o.types; }
+  };
+  struct Hash {
+    size_t operator()(const Key& k) const {
+      return static_cast<size_t>(((uint64_t{k.name} * 0x9E3779B97F4A7C15ull) ^ (uint64_t{k.dims} << 21) ^ k.types) *
+                                 0xBF58476D1CE4E5B9ull);
+    }
+  };
+  const Trace& t;
+  std::unordered_map<Key, Work, Hash> known;
+  Work of(const trace::Event& e) {
+    if (e.dims == 0) return {};
+    const auto [it, fresh] = known.try_emplace(Key{e.name, e.dims, e.types});
+    if (fresh) {
+      std::vector<std::string_view> types;
+      const std::string& all = t.strings[e.types];
+      for (size_t a = 0, b; a <= all.size(); a = b + 1) {
+        b = std::min(all.find(';', a), all.size());
+        types.push_back(std::string_view(all).substr(a, b - a));
+      }
+      it->second = op_work(t.strings[e.name], parse_dims(t.strings[e.dims]), types);
+    }
+    return it->second;
+  }
+};
+
+// Per op name: count, inclusive and self time, the device time of what it launched, its work.
 std::vector<OpStat> op_table(const Trace& t, const Model& m) {
+  OpWork work{t, {}};
   const size_t n = t.events.size();
   std::vector<double> self(n), device(m.device_lanes.empty() ? 0 : n, 0);
   for (size_t i = 0; i < n; ++i) self[i] = t.events[i].dur;
@@ -97,6 +129,10 @@ std::vector<OpStat> op_table(const Trace& t, const Model& m) {
     s.total_us += t.events[i].dur;
     s.self_us += std::max(0.0, self[i]);
     if (!device.empty()) s.device_us += device[i];
+    if (const Work w = work.of(t.events[i]); w.flops > 0 || w.bytes > 0) {
+      s.flops += w.flops, s.bytes += w.bytes;
+      s.work_us += device.empty() ? t.events[i].dur : device[i];
+    }
   }
   // Equal self times by name, so the table does not follow the order the file lists ops in.
   std::sort(ops.begin(), ops.end(), [](const OpStat& a, const OpStat& b) {
@@ -136,6 +172,7 @@ Analysis analyze(const Trace& trace, const std::string& path, const std::vector<
       a.modules = module_time(trace, model);
       a.kernels = kernel_table(trace, model);
       a.memory = memory_time(trace, model);
+      a.roofline = options.roofline;
     } catch (...) {
       failed = std::current_exception();
     }

@@ -70,4 +70,27 @@ double time_fused_op(const std::string& op, const std::string& dims) {
   return time_calls([&] { torch::autograd::grad({y}, c.leaves, {c.grad_output}, /*retain_graph=*/true); });
 }
 
+analyze::Roofline machine_roofline(int threads) {
+  analyze::Roofline r = analyze::cached_roofline(threads);
+  if (r.known()) return r;
+  const int before = at::get_num_threads();
+  at::set_num_threads(threads);
+  // Compute: a float32 matrix product large enough for the BLAS to run at its best.
+  const int64_t n = 1024;
+  const at::Tensor a = at::rand({n, n}), b = at::rand({n, n});
+  at::Tensor c = at::empty({n, n});
+  const double mm_us = time_calls([&] { at::mm_out(c, a, b); });
+  // Bandwidth: a copy of 64 MB, far past the caches; it reads and writes each byte once.
+  const at::Tensor x = at::rand({int64_t{16} << 20});
+  at::Tensor y = at::empty_like(x);
+  const double copy_us = time_calls([&] { y.copy_(x); });
+  at::set_num_threads(before);
+  r.flops_per_s = 2.0 * static_cast<double>(n * n * n) / (mm_us * 1e-6);
+  r.bytes_per_s = 2.0 * static_cast<double>(x.nbytes()) / (copy_us * 1e-6);
+  r.threads = threads;
+  r.source = "measured here (a 1024x1024 float32 matrix product; a 64 MB copy)";
+  analyze::cache_roofline(r);
+  return r;
+}
+
 }  // namespace opfuse::bench

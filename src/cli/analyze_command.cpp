@@ -52,6 +52,17 @@ analyze::Analysis analyze_one(const std::string& path, const AnalyzeArgs& args, 
     const auto time_op = reinterpret_cast<TimeFusedOp>(torch_symbol("opfuse_time_fused_op"));
     options.measure = [time_op](const std::string& op, const std::string& dims) { return time_op(op.c_str(), dims.c_str()); };
   }
+  // The roofline's peaks are this machine's, so only a CPU trace is held to them: measured with
+  // --measure (once, then cached), else whatever an earlier run cached.
+  if (options.backend == analyze::Backend::cpu) {
+    const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    options.roofline = analyze::cached_roofline(threads);
+    if (args.measure && !options.roofline.known()) {
+      const auto peaks = reinterpret_cast<MachineRoofline>(torch_symbol("opfuse_machine_roofline"));
+      analyze::Roofline r;
+      if (peaks(threads, &r.flops_per_s, &r.bytes_per_s)) r.threads = threads, r.source = "measured here", options.roofline = r;
+    }
+  }
   return analyze::analyze(t, path, rules, options);
 }
 

@@ -40,4 +40,15 @@ double opfuse_time_fused_op(const char* op, const char* dims) {
   }
 }
 
+// This machine's peaks at `threads` threads (measured once, then cached); false when they could not be had.
+bool opfuse_machine_roofline(int threads, double* flops_per_s, double* bytes_per_s) {
+  try {
+    const auto r = opfuse::bench::machine_roofline(threads);
+    *flops_per_s = r.flops_per_s, *bytes_per_s = r.bytes_per_s;
+    return r.known();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 }  // extern "C"

@@ -2,6 +2,7 @@
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
+#include <torch/csrc/profiler/orchestration/observer.h>
 #include <c10/util/Exception.h>
 #include <sys/mman.h>
 
@@ -187,9 +188,15 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* base) {
 }
 
 // Allocations: the allocators report each allocation and free to the PROFILER_STATE debug
-// info of the thread that makes it, while it says memory profiling is on. Its thread id is
+// info of the thread that makes it, while it says memory profiling is on. torch reads that slot
+// as its own profilers' state (autograd asks it for the profiler's config), so the reporter is
+// one: a disabled profiler state that only takes memory reports. Its thread id is
 // RecordFunction's, as the ops'.
-struct MemoryReporter : c10::MemoryReportingInfoBase {
+struct MemoryReporter : torch::profiler::impl::ProfilerStateBase {
+  MemoryReporter()
+      : ProfilerStateBase(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::Disabled,
+                                                                /*report_input_shapes=*/false, /*profile_memory=*/true)) {}
+  torch::profiler::impl::ActiveProfilerType profilerType() override { return torch::profiler::impl::ActiveProfilerType::NONE; }
   void reportMemoryUsage(void* ptr, int64_t bytes, size_t total_allocated, size_t total_reserved, c10::Device device) override {
     if (!running.load(std::memory_order_relaxed)) return;
     Allocation a;
@@ -252,8 +259,11 @@ void Profiler::start() {
   handle = at::addGlobalCallback(
       at::RecordFunctionCallback(on_enter, on_exit).needsInputs(true).needsIds(true).scopes(
           {at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION, at::RecordScope::USER_SCOPE}));
-  c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, std::make_shared<MemoryReporter>());
-  reporting_thread = std::this_thread::get_id();
+  // Under another profiler (torch.profiler) that one keeps the slot, and allocations go unrecorded.
+  if (torch::profiler::impl::ProfilerStateBase::getTLS() == nullptr) {
+    torch::profiler::impl::ProfilerStateBase::push(std::make_shared<MemoryReporter>());
+    reporting_thread = std::this_thread::get_id();
+  }
   running = true;
 }
 
@@ -262,7 +272,10 @@ void Profiler::stop() {
   at::removeCallback(handle);
   running = false;
   // Stopped on another thread, the reporter stays on the starting thread's stack, silent.
-  if (std::this_thread::get_id() == reporting_thread) c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+  if (std::this_thread::get_id() == reporting_thread &&
+      dynamic_cast<MemoryReporter*>(torch::profiler::impl::ProfilerStateBase::getTLS()) != nullptr)
+    torch::profiler::impl::ProfilerStateBase::pop(/*global=*/false);
+  reporting_thread = {};
 }
 
 size_t Profiler::event_count() const {

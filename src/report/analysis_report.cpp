@@ -194,6 +194,38 @@ nlohmann::json memory_json(const analyze::MemoryTime& d) {
           {"by_op", rows(d.by_op)},      {"timeline", timeline}};
 }
 
+// Where an op sits on the roofline: its FLOPs per byte against the machine's balance (peak
+// FLOP/s over peak bytes/s) says what bounds it, and its achieved rate that bound's share.
+struct Bound {
+  bool known = false, memory = false;
+  double flops_per_s = 0, bytes_per_s = 0, intensity = 0, peak_pct = 0;  // peak_pct: −1 without peaks
+};
+Bound bound_of(const analyze::OpStat& o, const analyze::Roofline& r) {
+  Bound b;
+  if (o.work_us <= 0 || o.bytes <= 0) return b;
+  b.known = true;
+  b.flops_per_s = o.flops / (o.work_us * 1e-6);
+  b.bytes_per_s = o.bytes / (o.work_us * 1e-6);
+  b.intensity = o.flops / o.bytes;
+  b.peak_pct = -1;
+  if (r.known()) {
+    b.memory = b.intensity < r.flops_per_s / r.bytes_per_s;
+    b.peak_pct = 100 * (b.memory ? b.bytes_per_s / r.bytes_per_s : b.flops_per_s / r.flops_per_s);
+  }
+  return b;
+}
+
+std::string bound_cell(const Bound& b) {
+  if (!b.known) return "";
+  if (b.peak_pct < 0) return fmt::format("{:.2g} FLOP/B", b.intensity);
+  return fmt::format("{} {:.0f}%", b.memory ? "memory" : "compute", b.peak_pct);
+}
+
+nlohmann::json roofline_json(const analyze::Roofline& r) {
+  if (!r.known()) return nullptr;
+  return {{"flops_per_s", r.flops_per_s}, {"bytes_per_s", r.bytes_per_s}, {"threads", r.threads}, {"source", r.source}};
+}
+
 nlohmann::json ops_json(const Analysis& a) {
   nlohmann::json ops = nlohmann::json::array();
   for (const auto& o : a.ops) {
@@ -205,6 +237,10 @@ nlohmann::json ops_json(const Analysis& a) {
                           {"self_us_per_step", per_step_json(a.trace.steps, o.self_us)},
                           {"mean_us", o.total_us / static_cast<double>(std::max<int64_t>(1, o.count))}};
     row["device_us"] = a.trace.has_device ? nlohmann::json(o.device_us) : nlohmann::json(nullptr);
+    row["flops"] = o.flops, row["bytes"] = o.bytes, row["work_us"] = o.work_us;
+    const Bound b = bound_of(o, a.roofline);
+    row["bound"] = !b.known || b.peak_pct < 0 ? nlohmann::json(nullptr) : nlohmann::json(b.memory ? "memory" : "compute");
+    row["peak_pct"] = b.known && b.peak_pct >= 0 ? nlohmann::json(b.peak_pct) : nlohmann::json(nullptr);
     ops.push_back(row);
   }
   return ops;
@@ -234,18 +270,35 @@ std::string format_analysis(const Analysis& a, int top, bool all) {
   for (const auto& w : s.warnings) out += "warning: " + w + "\n";
 
   std::vector<Row> rows;
+  bool roofline = false;  // whether any listed op's work is known
+  for (size_t i = 0; i < a.ops.size() && static_cast<int>(i) < top; ++i) roofline |= bound_of(a.ops[i], a.roofline).known;
   for (size_t i = 0; i < a.ops.size() && static_cast<int>(i) < top; ++i) {
     const auto& o = a.ops[i];
     Row r{clip(o.name, 60), std::to_string(o.count), ms(per_step(a, o.total_us)), ms(per_step(a, o.self_us)),
           fmt::format("{:.1f}", o.total_us / static_cast<double>(o.count))};
     if (s.has_device) r.push_back(ms(per_step(a, o.device_us)));
+    if (roofline) {
+      const Bound b = bound_of(o, a.roofline);
+      r.push_back(b.known ? fmt::format("{:.1f}", b.flops_per_s / 1e9) : "");
+      r.push_back(b.known ? fmt::format("{:.1f}", b.bytes_per_s / 1e9) : "");
+      r.push_back(bound_cell(b));
+    }
     rows.push_back(r);
   }
   Row header{"op", "calls", "total ms", "self ms", "mean us"};
   if (s.has_device) header.push_back("device ms");
+  if (roofline) header.insert(header.end(), {"GFLOP/s", "GB/s", a.roofline.known() ? "bound, % of peak" : "intensity"});
   out += fmt::format("\ntop {} ops by self time (calls over the trace; ms {})\n", rows.size(),
                      s.steps > 0 ? "per step" : "in the trace") +
          format_table(header, rows);
+  if (roofline && a.roofline.known())
+    out += fmt::format("roofline: this machine's peaks at {} threads, {:.0f} GFLOP/s and {:.1f} GB/s ({}); an op below "
+                       "{:.1f} FLOP per byte is bound by memory, which fusion helps\n",
+                       a.roofline.threads, a.roofline.flops_per_s / 1e9, a.roofline.bytes_per_s / 1e9, a.roofline.source,
+                       a.roofline.flops_per_s / a.roofline.bytes_per_s);
+  else if (roofline)
+    out += "roofline: FLOP per byte from the recorded shapes; `--measure` measures this machine's peaks (once, cached) to say "
+           "which ops are bound by memory\n";
 
   // Findings come sorted by saving, so those that save nothing are the tail: a fusion that
   // saves nothing is no advice, and would read as one when it is the only row.
@@ -337,6 +390,7 @@ nlohmann::json analysis_json(const Analysis& a) {
           {"modules", modules_json(a)},
           {"kernels", kernels_json(a)},
           {"memory", memory},
+          {"roofline", roofline_json(a.roofline)},
           {"diff", nullptr}};
 }
 

@@ -70,6 +70,7 @@ analyze::Analysis profile_and_analyze(Workload& w, const TuneOptions& o, const s
   options.timeline = true;  // the report page draws a step of each side
   if (o.measure_ops)
     options.measure = [](const std::string& op, const std::string& dims) { return bench::time_fused_op(op, dims); };
+  options.roofline = bench::machine_roofline(at::get_num_threads());
   return analyze::analyze(t, path, o.rules, options);
 }
 

@@ -1,0 +1,220 @@
+// The work an op does, from the shapes the profiler recorded: floating-point operations and the
+// bytes it must move at least (its inputs read once, its output written once). Counted for the
+// ops a training step spends its time in; any other op is unknown (zero). Convolutions are
+// counted at stride 1, as a trace holds no strides: a strided convolution does less.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string_view>
+#include <unordered_map>
+
+#include "opfuse/analyze.h"
+
+namespace opfuse::analyze {
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+int64_t numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+double dtype_size(std::string_view t) {
+  if (t == "Half" || t == "BFloat16" || t == "c10::Half" || t == "c10::BFloat16" || t == "half" || t == "bfloat16") return 2;
+  if (t == "Double" || t == "double" || t == "Long" || t == "long int" || t == "int64_t") return 8;
+  if (t == "Bool" || t == "bool" || t == "Byte" || t == "unsigned char" || t == "Char" || t == "signed char") return 1;
+  return 4;
+}
+
+enum class Family : uint8_t { mm, addmm, bmm, baddbmm, linear, matmul, conv, conv_backward, elementwise, norm,
+                              norm_backward, softmax, attention };
+
+const std::unordered_map<std::string_view, Family>& families() {
+  static const std::unordered_map<std::string_view, Family> table = [] {
+    std::unordered_map<std::string_view, Family> t;
+    for (std::string_view n : {"mm", "_mm"}) t[n] = Family::mm;
+    t["addmm"] = Family::addmm;
+    t["bmm"] = Family::bmm;
+    t["baddbmm"] = Family::baddbmm;
+    t["linear"] = Family::linear;
+    t["matmul"] = Family::matmul;
+    for (std::string_view n : {"convolution", "_convolution", "conv2d", "conv1d", "mkldnn_convolution", "cudnn_convolution",
+                               "thnn_conv2d", "_slow_conv2d_forward", "_nnpack_spatial_convolution"})
+      t[n] = Family::conv;
+    for (std::string_view n : {"convolution_backward", "mkldnn_convolution_backward"}) t[n] = Family::conv_backward;
+    for (std::string_view n : {"add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "sigmoid", "sigmoid_", "tanh",
+                               "relu", "relu_", "gelu", "silu", "silu_", "exp", "neg", "rsqrt", "sqrt", "pow", "clamp",
+                               "where", "masked_fill", "masked_fill_", "addcmul_", "addcdiv_", "lerp_", "rsub",
+                               "sigmoid_backward", "silu_backward", "gelu_backward", "tanh_backward",
+                               "threshold_backward", "hardswish", "hardsigmoid", "copy_", "fill_", "zero_"})
+      t[n] = Family::elementwise;
+    for (std::string_view n : {"native_layer_norm", "layer_norm", "native_batch_norm", "batch_norm",
+                               "_native_batch_norm_legit", "_batch_norm_impl_index", "rms_norm", "_fused_rms_norm",
+                               "native_group_norm", "group_norm"})
+      t[n] = Family::norm;
+    for (std::string_view n : {"native_layer_norm_backward", "native_batch_norm_backward", "native_group_norm_backward",
+                               "_fused_rms_norm_backward"})
+      t[n] = Family::norm_backward;
+    for (std::string_view n : {"softmax", "_softmax", "log_softmax", "_log_softmax", "_softmax_backward_data",
+                               "_log_softmax_backward_data"})
+      t[n] = Family::softmax;
+    for (std::string_view n : {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+                               "_scaled_dot_product_attention_math", "_scaled_dot_product_efficient_attention",
+                               "_scaled_dot_product_flash_attention"})
+      t[n] = Family::attention;
+    return t;
+  }();
+  return table;
+}
+
+// 2·m·k·n for [.., m, k] × [k, n]; the product's batch is the larger operand's leading dims.
+Work product(const Shape& a, const Shape& b, double size, const Shape* bias = nullptr) {
+  if (a.size() < 2 || b.size() < 2) return {};
+  const int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
+  if (b[b.size() - 2] != k || m < 0 || k < 0 || n < 0) return {};
+  const int64_t batch = std::max(numel(a) / std::max<int64_t>(1, m * k), numel(b) / std::max<int64_t>(1, k * n));
+  Work w;
+  w.flops = 2.0 * static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
+  w.bytes = size * static_cast<double>(numel(a) + numel(b) + batch * m * n + (bias ? numel(*bias) : 0));
+  return w;
+}
+
+}  // namespace
+
+Work op_work(const std::string& op_name, const std::vector<Shape>& inputs, const std::vector<std::string_view>& types) {
+  std::string_view name = op_name;
+  if (name.compare(0, 6, "aten::") == 0) name.remove_prefix(6);
+  const auto it = families().find(name);
+  if (it == families().end()) return {};
+  std::vector<const Shape*> tensors;  // the tensor inputs, scalars ([]) left out
+  double size = 4;
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (!inputs[k].empty() && numel(inputs[k]) > 0) {
+      if (tensors.empty() && k < types.size()) size = dtype_size(types[k]);
+      tensors.push_back(&inputs[k]);
+    }
+  if (tensors.empty()) return {};
+  const Shape& x = *tensors[0];
+  const double elements = static_cast<double>(numel(x));
+  switch (it->second) {
+    case Family::mm:
+    case Family::bmm:
+    case Family::matmul:
+      return tensors.size() >= 2 ? product(x, *tensors[1], size) : Work{};
+    case Family::addmm:
+    case Family::baddbmm:
+      return tensors.size() >= 3 ? product(*tensors[1], *tensors[2], size, tensors[0]) : Work{};
+    case Family::linear: {  // x [.., k], weight [n, k]
+      if (tensors.size() < 2 || tensors[1]->size() != 2) return {};
+      const Shape w = {(*tensors[1])[1], (*tensors[1])[0]};
+      return product(x, w, size, tensors.size() > 2 ? tensors[2] : nullptr);
+    }
+    case Family::conv: {  // x [N, C, H, W…], weight [O, C/groups, kH, kW…]; output at stride 1
+      if (tensors.size() < 2 || x.size() < 3 || tensors[1]->size() != x.size()) return {};
+      const Shape& w = *tensors[1];
+      const double spatial = static_cast<double>(numel(Shape(x.begin() + 2, x.end())));
+      const double per_output = static_cast<double>(numel(Shape(w.begin() + 1, w.end())));
+      const double outputs = static_cast<double>(x[0]) * static_cast<double>(w[0]) * spatial;
+      return {2 * outputs * per_output, size * (elements + static_cast<double>(numel(w)) + outputs)};
+    }
+    case Family::conv_backward: {  // grad_output [N, O, H', W'], input, weight: both gradients
+      if (tensors.size() < 3) return {};
+      const Shape &dy = *tensors[0], &in = *tensors[1], &w = *tensors[2];
+      if (dy.size() < 3 || w.size() != dy.size()) return {};
+      const double outputs = static_cast<double>(numel(dy));
+      const double per_output = static_cast<double>(numel(Shape(w.begin() + 1, w.end())));
+      return {4 * outputs * per_output, size * (outputs + 2 * static_cast<double>(numel(in)) + 2 * static_cast<double>(numel(w)))};
+    }
+    case Family::elementwise: {
+      double read = 0, largest = 0;
+      for (size_t k = 0; k < tensors.size(); ++k) {
+        const double n = static_cast<double>(numel(*tensors[k]));
+        read += n, largest = std::max(largest, n);
+      }
+      return {largest, size * (read + largest)};
+    }
+    case Family::norm:  // mean, variance, normalise, scale and shift
+      return {8 * elements, size * 2 * elements};
+    case Family::norm_backward:
+      return {12 * elements, size * 3 * elements};
+    case Family::softmax:  // max, exp, sum, divide
+      return {5 * elements, size * 2 * elements};
+    case Family::attention: {  // q [.., L, D], k [.., S, D], v [.., S, Dv]: two products, no score matrix in memory
+      if (tensors.size() < 3 || x.size() < 2 || tensors[1]->size() < 2) return {};
+      const double l = static_cast<double>(x[x.size() - 2]), d = static_cast<double>(x.back());
+      const double s = static_cast<double>((*tensors[1])[tensors[1]->size() - 2]);
+      const double heads = elements / std::max(1.0, l * d);
+      const double read = elements + static_cast<double>(numel(*tensors[1])) + static_cast<double>(numel(*tensors[2]));
+      return {4 * heads * l * s * d, size * (read + elements)};
+    }
+  }
+  return {};
+}
+
+namespace {
+
+std::string cache_path() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  if (xdg != nullptr && *xdg != '\0') return std::string(xdg) + "/opfuse/roofline.json";
+  return home != nullptr && *home != '\0' ? std::string(home) + "/.cache/opfuse/roofline.json" : "";
+}
+
+// The CPU's model name: peaks cached on one machine say nothing of another that shares the home.
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.compare(0, 10, "model name") == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+nlohmann::json read_cache(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nlohmann::json::object();
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("entries") && j["entries"].is_array() ? j : nlohmann::json::object();
+}
+
+}  // namespace
+
+Roofline cached_roofline(int threads) {
+  const std::string path = cache_path();
+  if (path.empty()) return {};
+  const std::string cpu = cpu_model();
+  const nlohmann::json j = read_cache(path);
+  for (const auto& e : j.value("entries", nlohmann::json::array())) {
+    if (!e.is_object() || e.value("threads", 0) != threads || e.value("cpu", std::string()) != cpu) continue;
+    Roofline r;
+    r.flops_per_s = e.value("flops_per_s", 0.0);
+    r.bytes_per_s = e.value("bytes_per_s", 0.0);
+    r.threads = threads;
+    r.source = "measured here earlier, cached in " + path;
+    if (r.known()) return r;
+  }
+  return {};
+}
+
+void cache_roofline(const Roofline& r) {
+  const std::string path = cache_path();
+  if (path.empty() || !r.known()) return;
+  const std::string cpu = cpu_model();
+  nlohmann::json j = read_cache(path);
+  nlohmann::json entries = nlohmann::json::array();
+  for (const auto& e : j.value("entries", nlohmann::json::array()))
+    if (e.is_object() && !(e.value("threads", 0) == r.threads && e.value("cpu", std::string()) == cpu)) entries.push_back(e);
+  entries.push_back({{"cpu", cpu}, {"threads", r.threads}, {"flops_per_s", r.flops_per_s}, {"bytes_per_s", r.bytes_per_s}});
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  std::ofstream out(path);  // a cache: a machine where it cannot be written measures again next time
+  if (out) out << nlohmann::json{{"entries", entries}}.dump(1) << "\n";
+}
+
+}  // namespace opfuse::analyze
