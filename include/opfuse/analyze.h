@@ -153,6 +153,9 @@ struct Finding {
   double time_us = 0, est_saving_us = 0;  // time_us: the saving's basis, device time on device backends
   double host_us = 0, device_us = 0;     // the matched ops' host time; the device time of what they launched
   std::string estimate;       // how the saving was estimated: "measured opfuse::silu", "bandwidth"
+  // The critical path (critical_path.cpp): the share of the matched ops' time on it, and so the
+  // part of the saving that shortens the step.
+  double critical_share = 0, saving_on_path_us = 0;
   std::vector<Location> locations;  // most frequent first
 };
 
@@ -221,6 +224,19 @@ struct Summary {
   std::vector<DeviceTime> devices;  // busiest first
   std::vector<std::string> warnings;
 };
+
+// The critical path through the trace (src/analyze/critical_path.cpp): walked back from the last
+// end, through host threads (top-level ops), device streams, launches and the waits between them.
+struct CriticalPath {
+  double length_us = 0;                        // first start to last end
+  double host_us = 0, device_us = 0, idle_us = 0;  // of it: host ops, device events, gaps nothing recorded fills
+  std::vector<double> on_path;                 // per event: its µs on the path (top-level host ops, device events)
+};
+CriticalPath critical_path(const trace::Trace& trace, const trace::Model& model);
+// Each finding's critical_share and saving_on_path_us, from the path and the events its matches
+// cover (finding_of_event: the finding's index per matched op, else −1).
+void what_if(const trace::Trace& trace, const trace::Model& model, const CriticalPath& path,
+             const std::vector<int32_t>& finding_of_event, std::vector<Finding>& findings);
 
 // Time per module scope: opfuse's and record_function's scopes (user annotations) where the
 // trace has them, else the ops' "Module Hierarchy". Totals over the trace; the report divides by
@@ -303,6 +319,7 @@ struct Analysis {
   std::vector<KernelStat> kernels;
   std::vector<MemoryTime> memory;    // empty when the profile recorded no allocations
   Roofline roofline;                 // Options::roofline, for the report
+  CriticalPath critical_path;        // its summary (on_path is dropped once the findings have their shares)
   std::optional<Timeline> timeline;  // with Options::timeline
 };
 

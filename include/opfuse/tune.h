@@ -141,6 +141,9 @@ struct TuneResult {
   Side baseline, tuned;
   double speedup = 1;  // baseline / tuned step time, median of paired rounds
   measure::Interval speedup_ci{1, 1};
+  // The tuned step as the baseline's critical path predicts it: the baseline's measured step less
+  // the kept rewrites' estimated savings on its path, in proportion (0: no prediction).
+  double predicted_step_ms = 0;
   measure::Machine machine;  // the busier of the measurements
   measure::Environment environment;
   std::vector<Replacement> replacements;

@@ -179,8 +179,11 @@ Analysis analyze(const Trace& trace, const std::string& path, const std::vector<
   });
   std::vector<int32_t> finding_of_event;
   try {
-    a.findings = find_fusions(trace, model, rules, options, options.timeline ? &finding_of_event : nullptr);
+    a.findings = find_fusions(trace, model, rules, options, &finding_of_event);
     if (options.timeline) a.timeline = step_timeline(trace, model, finding_of_event);
+    a.critical_path = critical_path(trace, model);
+    what_if(trace, model, a.critical_path, finding_of_event, a.findings);
+    a.critical_path.on_path = {};
   } catch (...) {
     tables.join();
     throw;

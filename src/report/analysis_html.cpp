@@ -209,13 +209,22 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     s.append(barChart(bySaving.map((f) => ({ label: findingLabel(f), value: perStep(f.est_saving_us), colour: "var(--save)" }))));
     const columns = [{ title: "rule" }, { title: "pattern" }, { title: "replacement" }, { title: "backend" },
       { title: "occurrences", num: true }, { title: `time (${UNIT})`, num: true },
-      { title: `est. saving (${UNIT})`, num: true }, { title: "locations" }];
+      { title: `est. saving (${UNIT})`, num: true }, { title: "on the critical path", num: true }, { title: "locations" }];
     const rows = findings.map((f) => ({
       attrs: { class: "finding", "data-rule": str(f.rule) },
       cells: [str(f.rule) || str(f.kind), str(f.pattern), str(f.replacement) || "–", str(f.backend),
-        count(f.occurrences), ms(perStep(f.time_us)), ms(perStep(f.est_saving_us)), locations(f)],
+        count(f.occurrences), ms(perStep(f.time_us)), ms(perStep(f.est_saving_us)),
+        isNum(f.critical_share) ? `${(f.critical_share * 100).toFixed(0)}%` : "–", locations(f)],
     }));
     s.append(el("h3", {}, "All findings"), table(columns, rows));
+    const path = data.critical_path;
+    if (path && isNum(path.length_us) && path.length_us > 0) {
+      const pct = (us) => `${((100 * us) / path.length_us).toFixed(0)}%`;
+      s.append(el("p", { class: "note", id: "critical-path" }, `Critical path: ${ms(perStep(path.length_us))} ms ` +
+        `(${STEPS ? "per step" : "whole trace"}; host ops ${pct(path.host_us)}, ` +
+        `device ${pct(path.device_us)}, gaps ${pct(path.idle_us)}); with every finding's chains fused, by the estimates, ` +
+        `${ms(perStep(path.predicted_us))} ms.`));
+    }
   }
 
   function renderOps(ops) {

@@ -49,6 +49,8 @@ nlohmann::json finding_json(const Finding& f, analyze::Backend backend, int64_t 
           {"time_us_per_step", per_step_json(steps, f.time_us)},
           {"est_saving_us_per_step", per_step_json(steps, f.est_saving_us)},
           {"estimate", f.estimate},
+          {"critical_share", f.critical_share},
+          {"saving_on_path_us", f.saving_on_path_us},
           {"locations", locations}};
 }
 
@@ -218,7 +220,47 @@ Bound bound_of(const analyze::OpStat& o, const analyze::Roofline& r) {
 std::string bound_cell(const Bound& b) {
   if (!b.known) return "";
   if (b.peak_pct < 0) return fmt::format("{:.2g} FLOP/B", b.intensity);
-  return fmt::format("{} {:.0f}%", b.memory ? "memory" : "compute", b.peak_pct);
+  // Past 100% of the bandwidth measured over 64 MB, an op's data sat in a cache.
+  return fmt::format("{} {:.0f}%{}", b.memory ? "memory" : "compute", b.peak_pct, b.memory && b.peak_pct > 100 ? " (cache)" : "");
+}
+
+// The path per step, and what it would be with every finding's chains fused.
+nlohmann::json critical_path_json(const Analysis& a) {
+  const auto& p = a.critical_path;
+  if (p.length_us <= 0) return nullptr;
+  double saving = 0;
+  for (const auto& f : a.findings) saving += f.saving_on_path_us;
+  return {{"length_us", p.length_us},
+          {"host_us", p.host_us},
+          {"device_us", p.device_us},
+          {"idle_us", p.idle_us},
+          {"per_step_us", per_step_json(a.trace.steps, p.length_us)},
+          {"predicted_us", p.length_us - saving},
+          {"predicted_per_step_us", per_step_json(a.trace.steps, p.length_us - saving)}};
+}
+
+// "critical path: …" and what fusing each finding (and all of them) would leave of it.
+std::string format_critical_path(const Analysis& a, size_t show) {
+  const auto& p = a.critical_path;
+  if (p.length_us <= 0) return "";
+  auto share = [&](double us) { return 100 * us / p.length_us; };
+  std::string out = fmt::format("\ncritical path: {} ms {} (host ops {:.0f}%, device {:.0f}%, gaps {:.0f}%)\n",
+                                ms(per_step(a, p.length_us)), a.trace.steps > 0 ? "per step" : "in the trace",
+                                share(p.host_us), share(p.device_us), share(p.idle_us));
+  std::string each;
+  double saving = 0;
+  for (size_t i = 0; i < a.findings.size(); ++i) {
+    const Finding& f = a.findings[i];
+    saving += f.saving_on_path_us;
+    if (i < show && f.saving_on_path_us > 0)
+      each += fmt::format("{}{} {} ms ({:+.1f}%, {:.0f}% on the path)", each.empty() ? "" : ", ", f.mined ? f.pattern : f.rule,
+                          ms(per_step(a, p.length_us - f.saving_on_path_us)), -share(f.saving_on_path_us),
+                          100 * f.critical_share);
+  }
+  if (!each.empty())
+    out += fmt::format("  fused, by the estimates: {}; all {} ms ({:+.1f}%)\n", each, ms(per_step(a, p.length_us - saving)),
+                       -share(saving));
+  return out;
 }
 
 nlohmann::json roofline_json(const analyze::Roofline& r) {
@@ -316,6 +358,7 @@ std::string format_analysis(const Analysis& a, int top, bool all) {
     out += format_table({"rule", "replacement", "occurrences", "time ms", "est. saving ms", "estimate", "where"}, rows);
   if (listed < a.findings.size())
     out += fmt::format("{} with no estimated saving not listed (--all lists them)\n", a.findings.size() - listed);
+  out += format_critical_path(a, static_cast<size_t>(std::max(0, top)));
   // An unnamed chain's advice is too long for its cell, and is the part to act on.
   for (size_t i = 0; i < listed && static_cast<int>(i) < top; ++i)
     if (a.findings[i].mined) out += fmt::format("unnamed chain {}: {}\n", a.findings[i].pattern, a.findings[i].replacement);
@@ -391,6 +434,7 @@ nlohmann::json analysis_json(const Analysis& a) {
           {"kernels", kernels_json(a)},
           {"memory", memory},
           {"roofline", roofline_json(a.roofline)},
+          {"critical_path", critical_path_json(a)},
           {"diff", nullptr}};
 }
 

@@ -215,6 +215,17 @@ const analyze::Finding* finding_of(const analyze::Analysis& a, const std::string
   return nullptr;
 }
 
+// The baseline's measured step less what its critical path says the kept rewrites take off it.
+double predicted_step_ms(const TuneResult& r) {
+  const analyze::CriticalPath& path = r.baseline.analysis.critical_path;
+  if (path.length_us <= 0) return 0;
+  double saving = 0;
+  for (const Replacement& rep : r.replacements)
+    if (rep.kept)
+      if (const analyze::Finding* f = finding_of(r.baseline.analysis, rep.rule)) saving += f->saving_on_path_us;
+  return r.baseline.step_ms.median * std::max(0.0, 1 - saving / path.length_us);
+}
+
 // The analysis' saving for the rule's finding, per step, as a gain of the measured step time.
 void set_estimate(Replacement& r, const analyze::Analysis& a, double step_ms) {
   const analyze::Finding* f = finding_of(a, r.rule);
@@ -524,6 +535,7 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
   result.speedup_ci = speedup.ci;
   if (result.machine.busy) warn(h, result.machine.warning);
   result.tuned.variant = tuned->describe();
+  result.predicted_step_ms = predicted_step_ms(result);
 
   say(h, "tuned: profiling");
   result.tuned.trace = o.out_dir + "/" + trace_name(pristine, "tuned");

@@ -36,6 +36,7 @@ cat > "$tmp/analysis.json" <<'JSON'
   {"name": "aten::fill_", "count": 5, "total_us": 100.0, "self_us": 100.0, "mean_us": 20.0, "device_us": null},
   {"name": "aten::detach", "count": 8, "total_us": 50.0, "self_us": 50.0, "mean_us": 6.25, "device_us": null}],
  "device": {"kernel_us": 123.0, "idle_us": 45.0},
+ "critical_path": {"length_us": 75000.0, "host_us": 70000.0, "device_us": 0, "idle_us": 5000.0, "predicted_us": 60000.0},
  "memory": [{"device": "cpu", "peak_bytes": 12500000, "peak_at_us": 40.0, "peak_step": "ProfilerStep#2", "peak_op": "aten::mm",
              "allocations": 300, "frees": 290, "by_phase": [{"name": "optimizer state", "bytes": 8000000, "blocks": 0},
              {"name": "backward", "bytes": 4500000, "blocks": 12}], "by_module": [], "by_op": [{"name": "aten::mm", "bytes": 4500000, "blocks": 12}],
@@ -96,6 +97,7 @@ expect '<svg'
 expect '<rect'
 expect 'id="diff"'
 expect 'id="memory-cpu"'
+expect 'Critical path: 75.00 ms (per step; host ops 93%, device 0%, gaps 7%)'
 expect 'Peak 12.5 MB at 0.04 ms (ProfilerStep#2, aten::mm)'
 expect 'optimizer state: 8.0 MB'
 expect 'Findings that vanished'
