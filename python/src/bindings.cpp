@@ -228,8 +228,12 @@ py::dict analyze_paths(const std::vector<std::string>& paths, const std::vector<
   std::vector<opfuse::analyze::Analysis> analyses;
   for (const auto& p : paths) {
     const opfuse::trace::Trace t = opfuse::trace::read_trace(p);
+    // Each trace as what it is; timings and peaks taken here say nothing of a device trace.
+    opfuse::analyze::Options each = options;
+    each.backend = opfuse::analyze::detect_backend(t);
+    if (each.backend != opfuse::analyze::Backend::cpu) each.measure = {}, each.roofline = {};
     py::gil_scoped_release no_gil;  // the op timings may run a backward, which torch refuses under the GIL
-    analyses.push_back(opfuse::analyze::analyze(t, p, rules, options));
+    analyses.push_back(opfuse::analyze::analyze(t, p, rules, each));
   }
   nlohmann::json json = opfuse::report::analysis_json(analyses.front());
   std::string text = opfuse::report::format_analysis(analyses.front(), top);

@@ -34,16 +34,6 @@ std::string normalise(const std::string& name) {
   return name;
 }
 
-int64_t dtype_bytes(std::string_view t) {
-  for (std::string_view two : {"Half", "BFloat16", "c10::Half", "c10::BFloat16", "half", "bfloat16"})
-    if (t == two) return 2;
-  for (std::string_view eight : {"Double", "double", "Long", "long int", "int64_t", "ComplexFloat"})
-    if (t == eight) return 8;
-  for (std::string_view one : {"Bool", "bool", "Byte", "unsigned char", "Char", "signed char"})
-    if (t == one) return 1;
-  return 4;
-}
-
 const std::unordered_set<std::string>& elementwise_names() {
   static const std::unordered_set<std::string> names = [] {
     std::unordered_set<std::string> s;
@@ -692,6 +682,16 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
     mark_matches({&matches, &mined}, index, *finding_of_event);
   }
   return sorted;
+}
+
+int64_t dtype_bytes(std::string_view t) {
+  for (std::string_view two : {"Half", "BFloat16", "c10::Half", "c10::BFloat16", "half", "bfloat16"})
+    if (t == two) return 2;
+  for (std::string_view eight : {"Double", "double", "Long", "long int", "int64_t", "ComplexFloat"})
+    if (t == eight) return 8;
+  for (std::string_view one : {"Bool", "bool", "Byte", "unsigned char", "Char", "signed char"})
+    if (t == one) return 1;
+  return 4;
 }
 
 std::vector<std::vector<int64_t>> parse_dims(const std::string& dims) {

@@ -1,6 +1,8 @@
 // Rule matching, chain mining and the saving estimate (findings.cpp).
 #pragma once
 
+#include <string_view>
+
 #include "opfuse/analyze.h"
 
 namespace opfuse::analyze {
@@ -9,5 +11,8 @@ namespace opfuse::analyze {
 // the index of its finding in the result, −1 elsewhere: the timeline colours by it.
 std::vector<Finding> find_fusions(const trace::Trace& trace, const trace::Model& model, const std::vector<Rule>& rules,
                                   const Options& options, std::vector<int32_t>* finding_of_event = nullptr);
+
+// Bytes per element of a recorded "Input type" ("float", "c10::BFloat16", "long int" …); 4 when unknown.
+int64_t dtype_bytes(std::string_view type);
 
 }  // namespace opfuse::analyze

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "analyze/findings.h"
 #include "opfuse/analyze.h"
 
 namespace opfuse::analyze {
@@ -25,13 +26,6 @@ int64_t numel(const Shape& s) {
     n *= d;
   }
   return n;
-}
-
-double dtype_size(std::string_view t) {
-  if (t == "Half" || t == "BFloat16" || t == "c10::Half" || t == "c10::BFloat16" || t == "half" || t == "bfloat16") return 2;
-  if (t == "Double" || t == "double" || t == "Long" || t == "long int" || t == "int64_t") return 8;
-  if (t == "Bool" || t == "bool" || t == "Byte" || t == "unsigned char" || t == "Char" || t == "signed char") return 1;
-  return 4;
 }
 
 enum class Family : uint8_t { mm, addmm, bmm, baddbmm, linear, matmul, conv, conv_backward, elementwise, norm,
@@ -98,7 +92,7 @@ Work op_work(const std::string& op_name, const std::vector<Shape>& inputs, const
   double size = 4;
   for (size_t k = 0; k < inputs.size(); ++k)
     if (!inputs[k].empty() && numel(inputs[k]) > 0) {
-      if (tensors.empty() && k < types.size()) size = dtype_size(types[k]);
+      if (tensors.empty() && k < types.size()) size = static_cast<double>(dtype_bytes(types[k]));
       tensors.push_back(&inputs[k]);
     }
   if (tensors.empty()) return {};
