@@ -19,11 +19,12 @@ namespace {
 
 using Shape = std::vector<int64_t>;
 
-int64_t numel(const Shape& s) {
-  int64_t n = 1;
+// Elements, in floating point: a recorded shape may multiply past what an int64 holds. −1: unknown.
+double numel(const Shape& s) {
+  double n = 1;
   for (int64_t d : s) {
     if (d < 0) return -1;
-    n *= d;
+    n *= static_cast<double>(d);
   }
   return n;
 }
@@ -72,12 +73,12 @@ const std::unordered_map<std::string_view, Family>& families() {
 // 2·m·k·n for [.., m, k] × [k, n]; the product's batch is the larger operand's leading dims.
 Work product(const Shape& a, const Shape& b, double size, const Shape* bias = nullptr) {
   if (a.size() < 2 || b.size() < 2) return {};
-  const int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
-  if (b[b.size() - 2] != k || m < 0 || k < 0 || n < 0) return {};
-  const int64_t batch = std::max(numel(a) / std::max<int64_t>(1, m * k), numel(b) / std::max<int64_t>(1, k * n));
+  if (b[b.size() - 2] != a.back() || numel(a) < 0 || numel(b) < 0) return {};
+  const double m = static_cast<double>(a[a.size() - 2]), k = static_cast<double>(a.back()), n = static_cast<double>(b.back());
+  const double batch = std::max(numel(a) / std::max(1.0, m * k), numel(b) / std::max(1.0, k * n));
   Work w;
-  w.flops = 2.0 * static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
-  w.bytes = size * static_cast<double>(numel(a) + numel(b) + batch * m * n + (bias ? numel(*bias) : 0));
+  w.flops = 2 * batch * m * k * n;
+  w.bytes = size * (numel(a) + numel(b) + batch * m * n + (bias != nullptr ? std::max(0.0, numel(*bias)) : 0));
   return w;
 }
 
@@ -97,7 +98,7 @@ Work op_work(const std::string& op_name, const std::vector<Shape>& inputs, const
     }
   if (tensors.empty()) return {};
   const Shape& x = *tensors[0];
-  const double elements = static_cast<double>(numel(x));
+  const double elements = numel(x);
   switch (it->second) {
     case Family::mm:
     case Family::bmm:
@@ -114,23 +115,23 @@ Work op_work(const std::string& op_name, const std::vector<Shape>& inputs, const
     case Family::conv: {  // x [N, C, H, W…], weight [O, C/groups, kH, kW…]; output at stride 1
       if (tensors.size() < 2 || x.size() < 3 || tensors[1]->size() != x.size()) return {};
       const Shape& w = *tensors[1];
-      const double spatial = static_cast<double>(numel(Shape(x.begin() + 2, x.end())));
-      const double per_output = static_cast<double>(numel(Shape(w.begin() + 1, w.end())));
+      const double spatial = numel(Shape(x.begin() + 2, x.end()));
+      const double per_output = numel(Shape(w.begin() + 1, w.end()));
       const double outputs = static_cast<double>(x[0]) * static_cast<double>(w[0]) * spatial;
-      return {2 * outputs * per_output, size * (elements + static_cast<double>(numel(w)) + outputs)};
+      return {2 * outputs * per_output, size * (elements + numel(w) + outputs)};
     }
     case Family::conv_backward: {  // grad_output [N, O, H', W'], input, weight: both gradients
       if (tensors.size() < 3) return {};
       const Shape &dy = *tensors[0], &in = *tensors[1], &w = *tensors[2];
       if (dy.size() < 3 || w.size() != dy.size()) return {};
-      const double outputs = static_cast<double>(numel(dy));
-      const double per_output = static_cast<double>(numel(Shape(w.begin() + 1, w.end())));
-      return {4 * outputs * per_output, size * (outputs + 2 * static_cast<double>(numel(in)) + 2 * static_cast<double>(numel(w)))};
+      const double outputs = numel(dy);
+      const double per_output = numel(Shape(w.begin() + 1, w.end()));
+      return {4 * outputs * per_output, size * (outputs + 2 * numel(in) + 2 * numel(w))};
     }
     case Family::elementwise: {
       double read = 0, largest = 0;
       for (size_t k = 0; k < tensors.size(); ++k) {
-        const double n = static_cast<double>(numel(*tensors[k]));
+        const double n = numel(*tensors[k]);
         read += n, largest = std::max(largest, n);
       }
       return {largest, size * (read + largest)};
@@ -146,7 +147,7 @@ Work op_work(const std::string& op_name, const std::vector<Shape>& inputs, const
       const double l = static_cast<double>(x[x.size() - 2]), d = static_cast<double>(x.back());
       const double s = static_cast<double>((*tensors[1])[tensors[1]->size() - 2]);
       const double heads = elements / std::max(1.0, l * d);
-      const double read = elements + static_cast<double>(numel(*tensors[1])) + static_cast<double>(numel(*tensors[2]));
+      const double read = elements + numel(*tensors[1]) + numel(*tensors[2]);
       return {4 * heads * l * s * d, size * (read + elements)};
     }
   }

@@ -29,6 +29,8 @@ TEST(Roofline, MatrixProducts) {
   const Work half = work("aten::mm", {{64, 128}, {128, 32}}, "c10::BFloat16");
   EXPECT_DOUBLE_EQ(half.bytes, mm.bytes / 2);
   EXPECT_DOUBLE_EQ(work("aten::mm", {{64, 128}, {64, 32}}).flops, 0);  // shapes that do not multiply
+  const int64_t huge = int64_t{1} << 40;  // past an int64 once multiplied: counted in floating point
+  EXPECT_DOUBLE_EQ(work("aten::mm", {{huge, huge}, {huge, huge}}).flops, 2.0 * 1099511627776.0 * 1099511627776.0 * 1099511627776.0);
 }
 
 TEST(Roofline, ConvolutionsAtStrideOne) {
