@@ -1,9 +1,12 @@
 """torch.compile as the peer of every tune: the baseline and the tuned model, each eager and under
 torch.compile, measured in the same interleaved paired rounds (tune's measurement), with the time
-each compiled variant took to be ready (its first steps, which compile) and compile's reason where
-it cannot take a model."""
+each compiled variant took to be ready (its first steps, which compile), each one's memory peak
+(a step profiled after the rounds) and compile's reason where it cannot take a model."""
+import json
+import os
 import random
 import statistics
+import tempfile
 import time
 
 import torch
@@ -25,6 +28,23 @@ def _compiled(workload, warmup):
     return twin, time.perf_counter() - start, None
 
 
+def _peak_memory(native, workload):
+    """The CPU memory peak (bytes) of one more step of the workload, from opfuse's profile of it
+    (with what the model held before), as analyze reads it; None when none was recorded."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "step.trace.json")
+        held = workload.held_memory()
+        profiler = native.Profiler()
+        profiler.start()
+        try:
+            workload.step()
+        finally:
+            profiler.stop()
+        profiler.write(path, json.dumps({"memory_before": held}))
+        memory = json.loads(native.analyze([path], [], False, 1)["json"])["memory"]
+    return next((m["peak_bytes"] for m in memory if m["device"] == "cpu"), None)
+
+
 def compare(native, baseline, tuned, steps, rounds, warmup, tune_seconds):
     """The four variants measured together: JSON-ready dict and a text table."""
     tuned = tuned if tuned is not None else baseline
@@ -38,6 +58,7 @@ def compare(native, baseline, tuned, steps, rounds, warmup, tune_seconds):
         row = {"variant": name, "ready_s": ready, "error": error}
         if workload is not None:
             row.update(next(measured))
+            row["peak_memory_bytes"] = _peak_memory(native, workload)  # after the rounds: no timed step sees it
         rows.append(row)
     by_name = {r["variant"]: r for r in rows}
     result = {"variants": rows, "rounds": got["rounds"], "threads": torch.get_num_threads(),
@@ -60,7 +81,8 @@ def _paired(by_name, base, other):
 
 def _table(result):
     lines = [f"torch.compile beside the tune ({result['rounds']} paired rounds, {result['threads']} threads):",
-             f"  {'variant':<18} {'ms/step':>9} {'95% interval':>19} {'vs eager':>9} {'interval':>17} {'ready':>9}"]
+             f"  {'variant':<18} {'ms/step':>9} {'95% interval':>19} {'vs eager':>9} {'interval':>17} {'ready':>9}"
+             f" {'peak MB':>9}"]
     for r in result["variants"]:
         if "ms" not in r:
             lines.append(f"  {r['variant']:<18} not measured: {r['error']}")
@@ -68,8 +90,9 @@ def _table(result):
         lo, hi = r["ms_ci"]
         slo, shi = r["speedup_vs_first_ci"]
         ready = f"{r['ready_s']:.1f} s" if r["ready_s"] is not None else "-"
+        peak = f"{r['peak_memory_bytes'] / 1e6:.1f}" if r.get("peak_memory_bytes") is not None else "-"
         lines.append(f"  {r['variant']:<18} {r['ms']:9.2f} [{lo:8.2f}, {hi:8.2f}] {r['speedup_vs_first']:8.3f}x "
-                     f"[{slo:6.3f}, {shi:6.3f}] {ready:>9}")
+                     f"[{slo:6.3f}, {shi:6.3f}] {ready:>9} {peak:>9}")
     paired = result["opfuse_compile_vs_compile"]
     if paired is not None:
         lines.append(f"  opfuse + compile vs compile alone: {paired['estimate']:.3f}x "

@@ -89,6 +89,9 @@ def test_tune_measures_torch_compile_beside_it(tmp_path):
         assert len(v["ms_rounds"]) == peer["rounds"] >= 2
     assert peer["variants"][0]["speedup_vs_first"] == 1
     assert all(v["ready_s"] > 0 for v in peer["variants"][1:])  # tune's time, then compile's first steps
+    # Each variant's memory peak, from a profiled step: at least what the model holds between steps.
+    held = sum(p.numel() * p.element_size() for p in model.parameters()) * 2 + x.numel() * x.element_size()
+    assert all(v["peak_memory_bytes"] >= held for v in peer["variants"]), [v["peak_memory_bytes"] for v in peer["variants"]]
     paired = peer["opfuse_compile_vs_compile"]
     assert paired["ci"][0] <= paired["estimate"] <= paired["ci"][1]
     assert "torch.compile beside the tune" in result.text
