@@ -272,6 +272,8 @@ struct MemoryTime {
   static constexpr size_t kTimelinePoints = 400;
 };
 std::vector<MemoryTime> memory_time(const trace::Trace& trace, const trace::Model& model);  // largest peak first
+// The CPU's peak among them (bytes), or −1 when the profile recorded none there.
+int64_t cpu_peak_bytes(const std::vector<MemoryTime>& memory);
 
 // Device events by name (kernels, memcpy, memset, device tasks), over the whole trace.
 struct KernelStat {

@@ -91,15 +91,7 @@ struct OpWork {
   Work of(const trace::Event& e) {
     if (e.dims == 0) return {};
     const auto [it, fresh] = known.try_emplace(Key{e.name, e.dims, e.types});
-    if (fresh) {
-      std::vector<std::string_view> types;
-      const std::string& all = t.strings[e.types];
-      for (size_t a = 0, b; a <= all.size(); a = b + 1) {
-        b = std::min(all.find(';', a), all.size());
-        types.push_back(std::string_view(all).substr(a, b - a));
-      }
-      it->second = op_work(t.strings[e.name], parse_dims(t.strings[e.dims]), types);
-    }
+    if (fresh) it->second = op_work(t.strings[e.name], parse_dims(t.strings[e.dims]), split_types(t.strings[e.types]));
     return it->second;
   }
 };

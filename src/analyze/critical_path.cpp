@@ -100,20 +100,25 @@ class Walk {
     lanes_.push_back(std::move(l));
   }
 
-  // Moves to the lane whose last event before t ended latest, after `not_before`; false if none.
-  bool jump_to_latest(size_t& lane, double& t, CriticalPath& p, double not_before) {
-    size_t best = lanes_.size();
-    double best_end = not_before;
+  // Where the walk resumes after a wait at t: the lane (other than `lane`) whose events end latest
+  // at or before t, after `not_before`, and that end; lanes_.size() when none.
+  std::pair<size_t, double> latest_end(size_t lane, double t, double not_before) const {
+    std::pair<size_t, double> best{lanes_.size(), not_before};
     for (size_t l = 0; l < lanes_.size(); ++l) {
       if (l == lane) continue;
       const auto& ends = lanes_[l].ends;
       const auto it = std::upper_bound(ends.begin(), ends.end(), t + kEps);
-      if (it == ends.begin()) continue;
-      if (*(it - 1) > best_end) best_end = *(it - 1), best = l;
+      if (it != ends.begin() && *(it - 1) > best.second) best = {l, *(it - 1)};
     }
-    if (best == lanes_.size()) return false;
-    p.idle_us += std::max(0.0, t - best_end);  // a wait the trace shows no work in
-    lane = best, t = best_end;
+    return best;
+  }
+
+  // Moves the walk to what it waited on at t (latest_end), the time between counted as a gap.
+  bool jump_to_latest(size_t& lane, double& t, CriticalPath& p, double not_before) {
+    const auto [next, end] = latest_end(lane, t, not_before);
+    if (next == lanes_.size()) return false;
+    p.idle_us += std::max(0.0, t - end);  // a wait the trace shows no work in
+    lane = next, t = end;
     return true;
   }
 
@@ -125,15 +130,12 @@ class Walk {
     const trace::Event& s = t_.events[sync->second];
     const double sync_end = s.ts + s.dur;
     if (sync_end > t + kEps) return false;  // the walk is already before its end
-    const double after = t - sync_end;
-    size_t device = lane;
-    double t_device = sync_end;
-    CriticalPath scratch;
-    if (!jump_to_latest(device, t_device, scratch, s.ts) || !lanes_[device].device) return false;
-    on_path_[op] += after;
-    p.host_us += after;
-    p.idle_us += sync_end - t_device;
-    lane = device, t = t_device;
+    const auto [device, device_end] = latest_end(lane, sync_end, s.ts);
+    if (device == lanes_.size() || !lanes_[device].device) return false;
+    on_path_[op] += t - sync_end;
+    p.host_us += t - sync_end;
+    p.idle_us += sync_end - device_end;
+    lane = device, t = device_end;
     return true;
   }
 

@@ -185,13 +185,7 @@ struct Finder {
     shape_entries.push_back({ev.types, head, {}});
     head = static_cast<int32_t>(shape_entries.size() - 1);
     const auto dims = parse_dims(t.strings[ev.dims]);
-    std::vector<std::string_view> types;
-    const std::string& ts = t.strings[ev.types];
-    for (size_t a = 0, b; a <= ts.size(); a = b + 1) {
-      b = ts.find(';', a);
-      if (b == std::string::npos) b = ts.size();
-      types.push_back(std::string_view(ts).substr(a, b - a));
-    }
+    const std::vector<std::string_view> types = split_types(t.strings[ev.types]);
     OpShapes& out = shape_entries.back().shapes;
     for (size_t k = 0; k < dims.size(); ++k) {
       const Shape& s = dims[k];
@@ -682,6 +676,15 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
     mark_matches({&matches, &mined}, index, *finding_of_event);
   }
   return sorted;
+}
+
+std::vector<std::string_view> split_types(const std::string& types) {
+  std::vector<std::string_view> out;
+  for (size_t a = 0, b; a <= types.size(); a = b + 1) {
+    b = std::min(types.find(';', a), types.size());
+    out.push_back(std::string_view(types).substr(a, b - a));
+  }
+  return out;
 }
 
 int64_t dtype_bytes(std::string_view t) {

@@ -1,7 +1,9 @@
 // Rule matching, chain mining and the saving estimate (findings.cpp).
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "opfuse/analyze.h"
 
@@ -11,6 +13,9 @@ namespace opfuse::analyze {
 // the index of its finding in the result, −1 elsewhere: the timeline colours by it.
 std::vector<Finding> find_fusions(const trace::Trace& trace, const trace::Model& model, const std::vector<Rule>& rules,
                                   const Options& options, std::vector<int32_t>* finding_of_event = nullptr);
+
+// A recorded "Input type" string ("float;float;Scalar") split into one entry per input.
+std::vector<std::string_view> split_types(const std::string& types);
 
 // Bytes per element of a recorded "Input type" ("float", "c10::BFloat16", "long int" …); 4 when unknown.
 int64_t dtype_bytes(std::string_view type);

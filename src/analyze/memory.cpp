@@ -67,9 +67,10 @@ class SliceFinder {
 // Who a block is charged to: its allocating op's name, module and phase.
 struct Owner {
   uint32_t op = 0, module = 0;  // string ids; 0: none
-  uint8_t phase = 0;            // index into kPhases
+  uint8_t phase = 0;            // a Phase, an index into kPhases
   bool backward = false;        // module is that of the forward op a backward op differentiates
 };
+enum Phase : uint8_t { outside_ops, forward_pass, backward_pass, optimizer_step, before_profile };
 constexpr const char* kPhases[] = {"outside ops", "forward", "backward", "optimizer step", "before the profile (other)"};
 
 bool is_scope_of_step(const std::string& name) {
@@ -89,20 +90,20 @@ class Charger {
       return o;
     }
     o.op = t_.events[charged_op(op)].name;
-    o.phase = 1;
+    o.phase = forward_pass;
     int32_t forward = -1;  // a backward op's forward op, whose module it is charged to
     for (int32_t x = op; x >= 0; x = m_.op_parent[x]) {
       const std::string& name = t_.strings[t_.events[x].name];
       if (o.module == 0 && t_.events[x].module != 0 && !is_scope_of_step(t_.strings[t_.events[x].module]))
         o.module = t_.events[x].module;
       if (forward < 0) forward = m_.forward[x];
-      if (name.compare(0, 10, "Optimizer.") == 0) o.phase = 3;
-      else if (o.phase == 1 && (m_.forward[x] >= 0 || name.find("Backward") != std::string::npos ||
+      if (name.compare(0, 10, "Optimizer.") == 0) o.phase = optimizer_step;
+      else if (o.phase == forward_pass && (m_.forward[x] >= 0 || name.find("Backward") != std::string::npos ||
                                 name.compare(0, 10, "autograd::") == 0))
-        o.phase = 2;
+        o.phase = backward_pass;
     }
     if (o.module == 0) o.module = scope_of(op);
-    if (o.module == 0 && o.phase == 2 && forward >= 0) {
+    if (o.module == 0 && o.phase == backward_pass && forward >= 0) {
       o.module = t_.events[forward].module != 0 ? t_.events[forward].module : scope_of(forward);
       o.backward = o.module != 0;
     }
@@ -211,7 +212,7 @@ MemoryTime one_device(const Trace& t, const Charger& charge, std::vector<const A
     add(by_phase, kPhases[o.phase], a->bytes);
     add(by_op, o.op != 0 ? t.strings[o.op] : "(no op)", a->bytes);
     const std::string module = o.module != 0 ? t.strings[o.module] + (o.backward ? " (backward)" : "")
-                               : o.phase == 3  ? "(optimizer step)"
+                               : o.phase == optimizer_step ? "(optimizer step)"
                                                : "(no module)";
     add(by_module, module, a->bytes);
   }
@@ -220,7 +221,7 @@ MemoryTime one_device(const Trace& t, const Charger& charge, std::vector<const A
       by_phase[what] = {what, bytes, 0};
       seen += bytes;
     }
-  if (d.peak_bytes > seen) by_phase[kPhases[4]] = {kPhases[4], d.peak_bytes - seen, 0};
+  if (d.peak_bytes > seen) by_phase[kPhases[before_profile]] = {kPhases[before_profile], d.peak_bytes - seen, 0};
   d.by_module = largest_first(std::move(by_module));
   d.by_op = largest_first(std::move(by_op));
   d.by_phase = largest_first(std::move(by_phase));
@@ -241,6 +242,12 @@ std::vector<MemoryTime> memory_time(const Trace& t, const Model& m) {
   for (auto& [device, events] : by_device) out.push_back(one_device(t, charge, events));
   std::stable_sort(out.begin(), out.end(), [](const MemoryTime& a, const MemoryTime& b) { return a.peak_bytes > b.peak_bytes; });
   return out;
+}
+
+int64_t cpu_peak_bytes(const std::vector<MemoryTime>& memory) {
+  for (const auto& d : memory)
+    if (d.device == "cpu") return d.peak_bytes;
+  return -1;
 }
 
 }  // namespace opfuse::analyze

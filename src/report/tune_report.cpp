@@ -27,14 +27,8 @@ int slowest_rank(const tune::Side& s) {
   return static_cast<int>(std::max_element(s.rank_step_ms.begin(), s.rank_step_ms.end()) - s.rank_step_ms.begin());
 }
 
-// The CPU's memory peak in a side's profile, or −1.
-int64_t peak_memory(const analyze::Analysis& a) {
-  for (const auto& d : a.memory)
-    if (d.device == "cpu") return d.peak_bytes;
-  return -1;
-}
 nlohmann::json peak_memory_json(const analyze::Analysis& a) {
-  const int64_t peak = peak_memory(a);
+  const int64_t peak = analyze::cpu_peak_bytes(a.memory);
   return peak >= 0 ? nlohmann::json(peak) : nlohmann::json(nullptr);
 }
 std::string mb(int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / 1e6); }
@@ -135,7 +129,8 @@ std::string format_tune(const TuneResult& r) {
   rows.push_back({"ops per step", fmt::format("{:.0f}", r.baseline.ops_per_step),
                   fmt::format("{:.0f}", r.tuned.ops_per_step),
                   percent(r.tuned.ops_per_step / std::max(1.0, r.baseline.ops_per_step))});
-  const int64_t peak_before = peak_memory(r.baseline.analysis), peak_after = peak_memory(r.tuned.analysis);
+  const int64_t peak_before = analyze::cpu_peak_bytes(r.baseline.analysis.memory),
+                peak_after = analyze::cpu_peak_bytes(r.tuned.analysis.memory);
   if (peak_before > 0 && peak_after >= 0)
     rows.push_back({"peak memory, MB (profiled)", mb(peak_before), mb(peak_after),
                     percent(static_cast<double>(peak_after) / static_cast<double>(peak_before))});

@@ -74,13 +74,6 @@ analyze::Analysis profile_and_analyze(Workload& w, const TuneOptions& o, const s
   return analyze::analyze(t, path, o.rules, options);
 }
 
-// The CPU's memory peak in an analysis (bytes), or −1 when its profile recorded none.
-int64_t cpu_peak(const std::vector<analyze::MemoryTime>& memory) {
-  for (const auto& d : memory)
-    if (d.device == "cpu") return d.peak_bytes;
-  return -1;
-}
-
 // The memory peak of the pristine model with one kept rewrite alone, from a profile of its own,
 // so each rewrite's effect on memory is measured apart. Two steps make every buffer the step
 // keeps (the optimizer's state); a peak needs no more warm-up than that.
@@ -91,7 +84,7 @@ int64_t peak_with(const Workload& pristine, const Rewrite& rewrite, const TuneOp
   for (int i = 0; i < warmup; ++i) w->step();
   profile_to(*w, o, path, warmup + 1);
   const trace::Trace t = trace::read_trace(path);
-  return cpu_peak(analyze::memory_time(t, trace::build_model(t)));
+  return analyze::cpu_peak_bytes(analyze::memory_time(t, trace::build_model(t)));
 }
 
 double ops_per_step(const analyze::Analysis& a) {
