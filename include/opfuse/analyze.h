@@ -142,6 +142,8 @@ void cache_roofline(const Roofline& r);
 struct Location {
   std::string where;
   int64_t count = 0;
+  int64_t ops = 0;           // the ops the occurrences here cover
+  double est_saving_us = 0;  // of the occurrences here
 };
 
 struct Finding {
@@ -219,6 +221,10 @@ struct Summary {
   // top-level ops repeat, whole or nearly, as a training loop's do: step_us is the median repeat;
   // see src/analyze/repeated_steps.h), or "" (none known: times are totals).
   std::string steps_from;
+  // opfuse's profiler, with the step's unprofiled time in the trace: that time, and what
+  // profiling added per recorded op or scope (the profiled step's excess over it, spread over the
+  // events a step records). Savings leave out that cost for the events a chain holds.
+  double plain_step_us = 0, profiler_us_per_event = 0;
   bool has_device = false;
   int64_t rank = -1;                // the trace's distributedInfo rank, or -1
   std::vector<DeviceTime> devices;  // busiest first
@@ -385,6 +391,17 @@ struct Diff {
 };
 
 Diff diff(const Analysis& before, const Analysis& after);
+
+// What the analyses say a change to a model saves, per step, in `before`'s time less what
+// profiling added: at each place (a finding's location) where the change altered the chains
+// (their count or ops), the saving `before` gave them less the saving `after` gives what is left
+// there. A change may reach fewer places than a finding lists, or part of another finding's
+// chains (a norm swapped inside add + norm chains): the rest is still found, and costed, after.
+double saving_between(const Analysis& before, const Analysis& after);
+
+// A trace's step less what profiling added, when the trace records the step unprofiled (savings
+// leave that cost out then), else as profiled.
+double unprofiled_step_us(const Analysis& a);
 
 // "4,3,64,64;;16" → [[4,3,64,64],[],[16]]; "*" dims (nested lists) → -1.
 std::vector<std::vector<int64_t>> parse_dims(const std::string& dims);

@@ -62,6 +62,8 @@ struct Trace {
   // opfuse's profiler: bytes the model held as the profile began, by what ("parameters",
   // "gradients", "optimizer state", "inputs"), which no allocation in the trace shows.
   std::vector<std::pair<std::string, int64_t>> memory_before;
+  // opfuse's profiler: the median step just before the profile, unprofiled (0: not known).
+  double plain_step_us = 0;
   std::unordered_map<int64_t, std::string> process_names, thread_names;
   int64_t origin_us = 0;      // the first timestamp in the file, whole microseconds
   int64_t skipped = 0;        // events dropped as unusable (bad ts, dur …), each with a warning

@@ -66,6 +66,8 @@ Summary summarise(const Trace& t, const Model& m, const std::string& path, Backe
   s.steps = static_cast<int64_t>(steps.size());
   s.step_us = median(steps);
   if (s.steps > 0) s.steps_from = "ProfilerStep";
+  s.plain_step_us = s.steps > 0 ? t.plain_step_us : 0;
+  s.profiler_us_per_event = profiler_cost(t, m);
   take_given_steps(s, given_steps);
   const std::vector<double> inferred_starts = take_repeated_steps(s, t, m);
   s.has_device = !m.device_lanes.empty();

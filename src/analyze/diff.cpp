@@ -1,4 +1,5 @@
-// Two analyses → what changed: per op count and time, findings gone or new, step time.
+// Two analyses → what changed: per op count and time, findings gone or new, step time, and what
+// the analysis says the change saved.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -17,7 +18,40 @@ std::vector<Finding> missing_from(const std::vector<Finding>& from, const std::v
   return out;
 }
 
+// A finding's chains at one place, per step.
+struct Here {
+  double count = 0, ops = 0, saving_us = 0;
+};
+
+std::map<std::pair<std::string, std::string>, Here> by_place(const Analysis& a) {
+  std::map<std::pair<std::string, std::string>, Here> out;
+  const double steps = static_cast<double>(std::max<int64_t>(1, a.trace.steps));
+  for (const Finding& f : a.findings)
+    for (const Location& l : f.locations) {
+      Here& here = out[{key(f), l.where}];
+      here.count += static_cast<double>(l.count) / steps;
+      here.ops += static_cast<double>(l.ops) / steps;
+      here.saving_us += l.est_saving_us / steps;
+    }
+  return out;
+}
+
 }  // namespace
+
+double saving_between(const Analysis& before, const Analysis& after) {
+  const auto now = by_place(after);
+  double saved = 0;
+  for (const auto& [place, was] : by_place(before)) {
+    const auto it = now.find(place);
+    const Here is = it == now.end() ? Here{} : it->second;
+    if (is.count != was.count || is.ops != was.ops) saved += std::max(0.0, was.saving_us - is.saving_us);
+  }
+  return saved;
+}
+
+double unprofiled_step_us(const Analysis& a) {
+  return a.trace.plain_step_us > 0 ? a.trace.plain_step_us : a.trace.step_us;
+}
 
 Diff diff(const Analysis& before, const Analysis& after) {
   Diff d;

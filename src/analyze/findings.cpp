@@ -15,6 +15,8 @@
 #include <set>
 #include <unordered_set>
 
+#include "opfuse/stats.h"
+
 namespace opfuse::analyze {
 namespace {
 
@@ -143,6 +145,7 @@ struct Finder {
   std::vector<char> copy_or_view;            // per string id: a view or copy a product makes first
   std::vector<uint32_t> ids;                 // scratch: a sequence's name ids
   std::vector<double> device_time;     // per event on device backends: what it launched took
+  std::vector<double> profiled_cost;   // per event, when the trace shows it: the profiler's cost inside
   std::vector<char> claimed;
   std::map<std::pair<std::string, std::string>, double> measured;
 
@@ -170,12 +173,19 @@ struct Finder {
       for (const auto& lane : m.device_lanes)
         for (int32_t k : lane)
           for (int32_t op = m.launcher[k]; op >= 0; op = m.op_parent[op]) device_time[op] += t.events[k].dur;
+    } else if (const double each = profiler_cost(t, m); each > 0) {
+      profiled_cost = profiled_cost_inside(t, m, each);
     }
   }
 
   const std::string& name(int32_t e) const { return names[name_of_op[e]]; }
-  // An op's cost: its host time, or on device backends the device time of what it launched.
-  double time(int32_t e) const { return device_time.empty() ? t.events[e].dur : device_time[e]; }
+  // An op's cost: its host time less what profiling the ops inside it took, or on device
+  // backends the device time of what it launched.
+  double time(int32_t e) const {
+    if (!device_time.empty()) return device_time[e];
+    return profiled_cost.empty() ? t.events[e].dur : std::max(0.0, t.events[e].dur - profiled_cost[e]);
+  }
+  double recorded_time(int32_t e) const { return device_time.empty() ? t.events[e].dur : device_time[e]; }
 
   const OpShapes& op_shapes(int32_t e) {
     const Event& ev = t.events[e];
@@ -378,6 +388,7 @@ struct Finder {
     return sum;
   }
   double match_time(const Match& mt) const { return over_match(mt, [&](int32_t e) { return time(e); }); }
+  double match_recorded_time(const Match& mt) const { return over_match(mt, [&](int32_t e) { return recorded_time(e); }); }
   double match_host_time(const Match& mt) const { return over_match(mt, [&](int32_t e) { return t.events[e].dur; }); }
   double match_device_time(const Match& mt) const {
     return device_time.empty() ? 0 : over_match(mt, [&](int32_t e) { return device_time[e]; });
@@ -619,7 +630,7 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
 
   struct Tally {
     Finding f;
-    std::map<uint32_t, int64_t> where;              // by place
+    std::map<uint32_t, Location> where;             // by place: count and saving (`where` filled last)
     std::vector<std::string> patterns, estimates;   // distinct, in order seen
   };
   std::map<std::string, Tally> by_key;
@@ -636,15 +647,20 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
       std::string how;
       const double t = finder.match_time(mt);
       const double fused = finder.fused_time(mt, how);
+      const int64_t ops = finder.covered_ops(mt);
       f.occurrences += 1;
-      f.ops += finder.covered_ops(mt);
-      f.time_us += t;
+      f.ops += ops;
+      f.time_us += finder.match_recorded_time(mt);
       f.host_us += finder.match_host_time(mt);
       f.device_us += finder.match_device_time(mt);
-      f.est_saving_us += std::max(0.0, t - fused);
+      const double saving = std::max(0.0, t - fused);
+      f.est_saving_us += saving;
       if (mt.pattern != nullptr) add_once(tally.patterns, mt.pattern->pattern->text());
       add_once(tally.estimates, how);
-      tally.where[finder.location(mt.ops[0])] += 1;
+      Location& here = tally.where[finder.location(mt.ops[0])];
+      here.count += 1;
+      here.ops += ops;
+      here.est_saving_us += saving;
     }
   std::vector<Finding> out;
   std::vector<std::string> keys;  // per finding in `out`, before sorting
@@ -652,8 +668,11 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
     Finding& f = tally.f;
     if (f.mined && f.occurrences < options.min_chain_occurrences) continue;
     if (!f.mined) f.pattern = join(tally.patterns, " | ");
-    f.estimate = join(tally.estimates, ", ");
-    for (const auto& [loc, n] : tally.where) f.locations.push_back({finder.places[loc], n});
+    f.estimate = join(tally.estimates, ", ") + (finder.profiled_cost.empty() ? "" : ", less profiling's cost");
+    for (auto& [loc, here] : tally.where) {
+      here.where = finder.places[loc];
+      f.locations.push_back(std::move(here));
+    }
     std::stable_sort(f.locations.begin(), f.locations.end(),
                      [](const Location& a, const Location& b) {
                        return a.count != b.count ? a.count > b.count : natural_less(a.where, b.where);
@@ -676,6 +695,42 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
     mark_matches({&matches, &mined}, index, *finding_of_event);
   }
   return sorted;
+}
+
+double profiler_cost(const Trace& t, const Model& m) {
+  if (t.plain_step_us <= 0 || m.steps.empty()) return 0;
+  std::vector<double> steps;
+  for (int32_t i : m.steps) steps.push_back(t.events[i].dur);
+  const double step = median(steps);
+  const Event& first = t.events[m.steps.front()];
+  const Event& last = t.events[m.steps.back()];
+  auto within = [&](double ts) { return ts >= first.ts && ts <= last.ts + last.dur; };
+  int64_t recorded = 0;
+  for (size_t i = 0; i < t.events.size(); ++i)
+    if ((m.kind[i] == Kind::op || m.kind[i] == Kind::annotation) && within(t.events[i].ts)) ++recorded;
+  for (const trace::Allocation& a : t.memory) recorded += within(a.ts);
+  const double per_step = static_cast<double>(recorded) / static_cast<double>(m.steps.size());
+  return per_step > 0 && step > t.plain_step_us ? (step - t.plain_step_us) / per_step : 0;
+}
+
+std::vector<double> profiled_cost_inside(const Trace& t, const Model& m, double each) {
+  std::vector<double> cost(t.events.size(), 0);
+  for (size_t i = 0; i < t.events.size(); ++i)
+    if (m.kind[i] == Kind::op)
+      for (int32_t up = m.op_parent[i]; up >= 0; up = m.op_parent[up]) cost[up] += each;
+  std::map<std::pair<int64_t, int64_t>, std::vector<double>> allocations;  // by process and thread
+  for (const trace::Allocation& a : t.memory) allocations[{a.pid, a.tid}].push_back(a.ts);
+  for (auto& [thread, times] : allocations) std::sort(times.begin(), times.end());
+  for (size_t i = 0; i < t.events.size(); ++i) {
+    if (m.kind[i] != Kind::op) continue;
+    const Event& e = t.events[i];
+    const auto it = allocations.find({e.pid, e.tid});
+    if (it == allocations.end()) continue;
+    const std::vector<double>& times = it->second;
+    const auto from = std::lower_bound(times.begin(), times.end(), e.ts);
+    cost[i] += each * static_cast<double>(std::upper_bound(from, times.end(), e.ts + e.dur) - from);
+  }
+  return cost;
 }
 
 std::vector<std::string_view> split_types(const std::string& types) {

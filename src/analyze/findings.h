@@ -14,6 +14,16 @@ namespace opfuse::analyze {
 std::vector<Finding> find_fusions(const trace::Trace& trace, const trace::Model& model, const std::vector<Rule>& rules,
                                   const Options& options, std::vector<int32_t>* finding_of_event = nullptr);
 
+// What opfuse's profiler added per op, scope or allocation recorded in a step: the median
+// profiled step's excess over the unprofiled step the trace records, spread over a step's
+// records; 0 without markers or that time.
+double profiler_cost(const trace::Trace& trace, const trace::Model& model);
+
+// Per event, what profiling took inside it at `each` per record: the ops inside an op and the
+// allocations its thread made while it ran (a per-parameter optimizer op makes none, a forward
+// op one or two).
+std::vector<double> profiled_cost_inside(const trace::Trace& trace, const trace::Model& model, double each);
+
 // A recorded "Input type" string ("float;float;Scalar") split into one entry per input.
 std::vector<std::string_view> split_types(const std::string& types);
 

@@ -33,7 +33,8 @@ nlohmann::json per_step_json(int64_t steps, double us) {
 
 nlohmann::json finding_json(const Finding& f, analyze::Backend backend, int64_t steps) {
   nlohmann::json locations = nlohmann::json::array();
-  for (const auto& l : f.locations) locations.push_back({{"location", l.where}, {"count", l.count}});
+  for (const auto& l : f.locations)
+    locations.push_back({{"location", l.where}, {"count", l.count}, {"ops", l.ops}, {"est_saving_us", l.est_saving_us}});
   return {{"rule", f.rule},
           {"kind", f.kind},
           {"pattern", f.pattern},
@@ -69,6 +70,8 @@ nlohmann::json summary_json(const analyze::Summary& s) {
           {"steps", s.steps},
           {"steps_from", s.steps_from},
           {"step_us", s.step_us},
+          {"plain_step_us", s.plain_step_us > 0 ? nlohmann::json(s.plain_step_us) : nlohmann::json(nullptr)},
+          {"profiler_us_per_event", s.profiler_us_per_event},
           {"skipped_events", s.skipped},
           {"overlapping_events", s.overlapping},
           {"warnings", s.warnings}};
@@ -306,6 +309,10 @@ std::string format_analysis(const Analysis& a, int top, bool all) {
     out += fmt::format(", {} step{}, {} ms per step (median)", s.steps, s.steps == 1 ? "" : "s", ms(s.step_us));
   else
     out += " (no ProfilerStep markers: times are totals over the trace; --steps N divides them)";
+  if (s.plain_step_us > 0)
+    out += fmt::format("\nprofiler  the step took {} ms unprofiled just before: {:.1f} us per recorded op, left out of "
+                       "the savings",
+                       ms(s.plain_step_us), s.profiler_us_per_event);
   for (const auto& d : s.devices) out += format_device(d);
   for (const auto& d : a.memory) out += format_memory(d);
   out += "\n";

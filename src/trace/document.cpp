@@ -31,24 +31,27 @@ struct Key {
   bool operator==(std::string_view k) const { return std::memcmp(raw, k.data(), k.size()) == 0 && raw[k.size()] == '"'; }
 };
 
-// opfuse's metadata {"memory_before": {"parameters": bytes, …}}: what the model held as the
-// profile began, which the allocations in the trace cannot show. Anything else there is ignored.
-std::vector<std::pair<std::string, int64_t>> memory_before_of(value meta) {
-  std::vector<std::pair<std::string, int64_t>> out;
-  if (meta.type() != json_type::object) return out;
+// opfuse's metadata: {"memory_before": {"parameters": bytes, …}}, what the model held as the
+// profile began, which the allocations in the trace cannot show; "plain_step_ms", the step's time
+// unprofiled just before, which shows what profiling added. Anything else there is ignored.
+void read_opfuse_metadata(value meta, TopLevel& top) {
+  if (meta.type() != json_type::object) return;
   for (auto field : meta.get_object()) {
-    if (field.unescaped_key().value() != "memory_before") continue;
-    value held = field.value();
-    if (held.type() != json_type::object) return out;
-    for (auto part : held.get_object()) {
+    const std::string_view key = field.unescaped_key().value();
+    value v = field.value();
+    if (key == "plain_step_ms" && v.type() == json_type::number) {
+      const double ms = v.get_double();
+      if (ms > 0 && ms < 1e9) top.plain_step_us = 1000 * ms;
+    }
+    if (key != "memory_before" || v.type() != json_type::object) continue;
+    for (auto part : v.get_object()) {
       const std::string what(part.unescaped_key().value());
-      value v = part.value();
-      if (v.type() != json_type::number) continue;
-      const double bytes = v.get_double();
-      if (bytes >= 0 && bytes < 9e18) out.emplace_back(what, static_cast<int64_t>(bytes));
+      value n = part.value();
+      if (n.type() != json_type::number) continue;
+      const double bytes = n.get_double();
+      if (bytes >= 0 && bytes < 9e18) top.memory_before.emplace_back(what, static_cast<int64_t>(bytes));
     }
   }
-  return out;
 }
 
 // "distributedInfo": {"rank": N, …}'s rank, or -1 when it has none a number can say.
@@ -474,7 +477,7 @@ Trace parse(Document& in) {
           found = true;
         } else if (key == "opfuse") {
           in.top.opfuse = true;
-          in.top.memory_before = memory_before_of(field.value());
+          read_opfuse_metadata(field.value(), in.top);
         } else if (key == "distributedInfo") {
           in.top.rank = rank_of(field.value());
         }

@@ -18,10 +18,12 @@ struct TopLevel {
   bool opfuse = false;  // an "opfuse" key: opfuse's own profiler wrote it
   int64_t rank = -1;    // "distributedInfo": {"rank": N}, as Kineto writes for each process
   std::vector<std::pair<std::string, int64_t>> memory_before;  // "opfuse": {"memory_before": {what: bytes}}
+  double plain_step_us = 0;                                    // "opfuse": {"plain_step_ms": ms}
   void add(const TopLevel& o) {
     opfuse |= o.opfuse;
     if (o.rank >= 0) rank = o.rank;
     if (!o.memory_before.empty()) memory_before = o.memory_before;
+    if (o.plain_step_us > 0) plain_step_us = o.plain_step_us;
   }
 };
 

@@ -461,6 +461,7 @@ Trace parse_bytes(std::string_view json, const std::string& name, size_t chunk_b
   trace.dialect = detect(trace, top.opfuse);
   trace.rank = top.rank;
   trace.memory_before = top.memory_before;
+  trace.plain_step_us = top.plain_step_us;
   return trace;
 }
 

@@ -137,9 +137,10 @@ std::vector<double> run_profiled_steps(Session& s, int count, int first_step) {
   return step_ms;
 }
 
-// Profiled steps run after the timed ones so the profiler's cost never reaches images/s.
+// Profiled steps run after the timed ones so the profiler's cost never reaches images/s; their
+// median (plain_step_ms) goes in the trace, so analyze can take out what profiling added.
 // Returns the profiled steps' median time and the events written.
-std::pair<double, size_t> profile_steps(const TrainOptions& o, Session& s, int first_step) {
+std::pair<double, size_t> profile_steps(const TrainOptions& o, Session& s, int first_step, double plain_step_ms) {
   profile::Profiler profiler;
   const auto held = profile::held_memory(s.model->parameters(), s.optimizer.get(), {});
   profiler.start();
@@ -155,7 +156,8 @@ std::pair<double, size_t> profile_steps(const TrainOptions& o, Session& s, int f
                                 {"threads", at::get_num_threads()},
                                 {"batch_size", o.batch_size},
                                 {"image_size", s.image_size},
-                                {"memory_before", held}};
+                                {"memory_before", held},
+                                {"plain_step_ms", plain_step_ms}};
   profiler.write(o.profile, metadata);
   return {median(step_ms), profiler.event_count()};
 }
@@ -204,7 +206,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const StepReco
   result.loss_first = result.records.front().loss;
   result.loss_last = result.records.back().loss;
   if (!o.profile.empty())
-    std::tie(result.profile_step_ms_median, result.profile_events) = profile_steps(o, s, o.warmup + o.steps + 1);
+    std::tie(result.profile_step_ms_median, result.profile_events) =
+        profile_steps(o, s, o.warmup + o.steps + 1, result.step_ms_median);
   result.peak_rss_mb = peak_rss_mb();
   result.environment = measure::environment();
   return result;

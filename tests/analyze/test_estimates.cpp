@@ -1,0 +1,129 @@
+// The estimates tune checks against its measurements, on hand-written traces worked out by hand:
+// what profiling adds to each op is left out of a saving when the trace records the unprofiled
+// step, and the saving of a change to a model is counted where it changed the chains.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "opfuse/analyze.h"
+
+namespace opfuse::analyze {
+namespace {
+
+struct Op {
+  std::string name;
+  double ts, dur;
+  std::string dims, module;
+};
+
+std::string event(const std::string& cat, const Op& op) {
+  std::string args;
+  if (!op.dims.empty()) args = R"("Input Dims":)" + op.dims;
+  if (!op.module.empty()) args += std::string(args.empty() ? "" : ",") + R"("Module Hierarchy":")" + op.module + "\"";
+  return R"({"ph":"X","cat":")" + cat + R"(","name":")" + op.name + R"(","pid":1,"tid":1,"ts":)" +
+         std::to_string(op.ts) + R"(,"dur":)" + std::to_string(op.dur) + R"(,"args":{)" + args + "}}";
+}
+
+std::string allocation(double ts) {
+  return R"({"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":1,"tid":1,"ts":)" + std::to_string(ts) +
+         R"(,"args":{"Addr":1,"Bytes":64,"Total Allocated":64,"Total Reserved":64,"Device Type":0,"Device Id":-1}})";
+}
+
+// Steps of 500 µs, each holding `ops` and allocations at `allocated` shifted by the step's start;
+// `meta` is the "opfuse" object.
+Analysis analysis_of(const std::vector<Op>& ops, int steps, const std::string& meta = "{}",
+                     const std::vector<double>& allocated = {}) {
+  std::string events;
+  for (int s = 0; s < steps; ++s) {
+    events += (s ? "," : "") + event("user_annotation", {"ProfilerStep#" + std::to_string(s + 1), 500.0 * s, 500, "", ""});
+    for (Op op : ops) {
+      op.ts += 500.0 * s;
+      events += "," + event("cpu_op", op);
+    }
+    for (double ts : allocated) events += "," + allocation(ts + 500.0 * s);
+  }
+  const std::string json = R"({"opfuse":)" + meta + R"(,"traceEvents":[)" + events + "]}";
+  const trace::Trace t = trace::parse_trace(json, "t.json");
+  return analyze(t, "t.json", default_rules(), {});
+}
+
+const Finding& finding(const Analysis& a, const std::string& rule) {
+  const auto f = std::find_if(a.findings.begin(), a.findings.end(), [&](const Finding& g) { return g.rule == rule; });
+  if (f == a.findings.end()) throw std::runtime_error("no " + rule + " finding");
+  return *f;
+}
+
+const std::string x = "[[64,64]]", xy = "[[64,64],[64,64]]";
+
+// sigmoid holds two ops; mul is the slowest op and none. Chain 200 µs, the fused op bounded by
+// the slowest op (100 µs; its bytes at the chain's bandwidth take 80): a saving of 100 µs, less
+// what profiling the two ops inside sigmoid cost. A matrix product ends each step, so no chain
+// runs on into the next.
+const std::vector<Op> swish = {{"aten::sigmoid", 10, 100, x, ""}, {"aten::empty", 20, 1, "[]", ""},
+                               {"aten::empty", 40, 1, "[]", ""}, {"aten::mul", 120, 100, xy, ""},
+                               {"aten::mm", 300, 100, xy, ""}};
+
+TEST(ProfilerCost, IsTheStepsExcessOverItsUnprofiledTimePerRecordedOp) {
+  const Analysis plain = analysis_of(swish, 2);
+  EXPECT_EQ(plain.trace.plain_step_us, 0);
+  EXPECT_EQ(plain.trace.profiler_us_per_event, 0);
+  EXPECT_DOUBLE_EQ(finding(plain, "silu").est_saving_us, 2 * 100);
+
+  // 500 µs profiled, 450 unprofiled, 5 ops a step: 10 µs each, 20 inside each sigmoid.
+  const Analysis a = analysis_of(swish, 2, R"({"plain_step_ms": 0.45})");
+  EXPECT_DOUBLE_EQ(a.trace.plain_step_us, 450);
+  EXPECT_DOUBLE_EQ(a.trace.profiler_us_per_event, 10);
+  const Finding& silu = finding(a, "silu");
+  EXPECT_DOUBLE_EQ(silu.est_saving_us, 2 * 80);
+  EXPECT_DOUBLE_EQ(silu.time_us, 2 * 200);  // the chain's time stays as recorded
+  EXPECT_NE(silu.estimate.find("less profiling's cost"), std::string::npos) << silu.estimate;
+  EXPECT_DOUBLE_EQ(unprofiled_step_us(a), 450);
+}
+
+TEST(ProfilerCost, AllocationsAreRecordsToo) {
+  // Two allocations inside each sigmoid: 7 records a step, 10 µs each at 430 µs unprofiled, and
+  // 40 µs inside each sigmoid.
+  const Analysis a = analysis_of(swish, 2, R"({"plain_step_ms": 0.43})", {50, 60});
+  EXPECT_DOUBLE_EQ(a.trace.profiler_us_per_event, 10);
+  EXPECT_DOUBLE_EQ(finding(a, "silu").est_saving_us, 2 * 60);
+}
+
+TEST(ProfilerCost, NoCostWithoutAUsableUnprofiledStep) {
+  for (const char* meta : {R"({"plain_step_ms": "fast"})", R"({"plain_step_ms": -3})", R"({"plain_step_ms": 0.6})"}) {
+    const Analysis a = analysis_of(swish, 2, meta);
+    EXPECT_EQ(a.trace.profiler_us_per_event, 0) << meta;  // 0.6 ms: slower unprofiled, nothing to take out
+    EXPECT_DOUBLE_EQ(finding(a, "silu").est_saving_us, 2 * 100) << meta;
+  }
+}
+
+TEST(SavingBetween, CountsThePlacesAChangeReached) {
+  // Two Swish chains, in modules a and b, each before a matrix product; the change fuses a's.
+  const Op mm_a{"aten::mm", 221, 8, xy, "a"}, mm_b{"aten::mm", 450, 8, xy, "b"};
+  const std::vector<Op> before = {{"aten::sigmoid", 10, 100, x, "a"}, {"aten::mul", 120, 100, xy, "a"}, mm_a,
+                                  {"aten::sigmoid", 230, 100, x, "b"}, {"aten::mul", 340, 100, xy, "b"}, mm_b};
+  const std::vector<Op> after = {{"opfuse::silu", 10, 60, x, "a"}, mm_a, {"aten::sigmoid", 230, 100, x, "b"},
+                                 {"aten::mul", 340, 100, xy, "b"}, mm_b};
+  const Analysis b = analysis_of(before, 2), c = analysis_of(after, 2);
+  ASSERT_EQ(finding(b, "silu").locations.size(), 2u);
+  EXPECT_DOUBLE_EQ(finding(b, "silu").est_saving_us, 2 * 200);
+  EXPECT_DOUBLE_EQ(saving_between(b, c), 100);  // per step: a's chain, not b's
+  EXPECT_DOUBLE_EQ(saving_between(b, b), 0);
+}
+
+TEST(SavingBetween, APartlyFusedChainKeepsWhatIsLeftOfItsSaving) {
+  // BatchNorm then Swish, then the Swish fused on its own: batch_norm_silu still finds the pair,
+  // with less to save; the change saved the difference.
+  const std::vector<Op> before = {{"aten::batch_norm", 10, 100, x, "c"}, {"aten::sigmoid", 120, 100, x, "c"},
+                                  {"aten::mul", 230, 100, xy, "c"}, {"aten::mm", 340, 100, xy, "c"}};
+  const std::vector<Op> after = {{"aten::batch_norm", 10, 100, x, "c"}, {"opfuse::silu", 120, 120, x, "c"},
+                                 {"aten::mm", 340, 100, xy, "c"}};
+  const Analysis b = analysis_of(before, 1), c = analysis_of(after, 1);
+  const double was = finding(b, "batch_norm_silu").est_saving_us, is = finding(c, "batch_norm_silu").est_saving_us;
+  EXPECT_GT(was, is);
+  EXPECT_GT(is, 0);
+  EXPECT_DOUBLE_EQ(saving_between(b, c), was - is);
+}
+
+}  // namespace
+}  // namespace opfuse::analyze
