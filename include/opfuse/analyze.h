@@ -348,6 +348,24 @@ struct Options {
 Analysis analyze(const trace::Trace& trace, const std::string& path, const std::vector<Rule>& rules,
                  const Options& options);
 
+// How a trace file is analysed, the same from the command line and from Python.
+struct FileOptions {
+  std::string backend = "auto";  // "auto" (what the trace shows) or a backend's name
+  int64_t steps = 0;             // Options::steps
+  bool timeline = false;         // Options::timeline
+  // Ways to time an opfuse op here and to measure this machine's peaks (at `threads`): both only
+  // for a CPU trace, as they say nothing of a device. Without them, savings come from bandwidth
+  // and the roofline from the peaks an earlier run cached.
+  Measure measure;
+  std::function<Roofline(int threads)> measure_roofline;
+  int threads = 0;  // the roofline's; 0: this machine's cores
+};
+
+// Reads the trace at path and analyses it as what it is. Throws std::invalid_argument naming the
+// file for a file that is no trace opfuse knows; a measurement asked of a device trace is left
+// out, with a warning in the summary.
+Analysis analyze_file(const std::string& path, const std::vector<Rule>& rules, const FileOptions& options);
+
 // Many ranks of one job (a trace per process) side by side.
 struct RankTime {
   int64_t rank = 0;

@@ -58,6 +58,17 @@ nlohmann::json kernels_json(const analyze::Analysis& a);
 nlohmann::json timeline_json(const analyze::Timeline& t);
 void add_timelines(nlohmann::json& page, const analyze::Analysis& before, const analyze::Analysis* after);
 
+// One trace's analysis, or two with their diff, as `opfuse analyze` and opfuse.analyze give it:
+// the tables (each side's, then the diff), the JSON, and with `page` the HTML page, which alone
+// carries the timelines (analysed with FileOptions::timeline).
+struct AnalysisOutputs {
+  std::string text;
+  nlohmann::json json;
+  std::string html;
+};
+AnalysisOutputs analysis_outputs(const analyze::Analysis& before, const analyze::Analysis* after, int top, bool all,
+                                 bool page);
+
 // tune: the summary in the reference's terms (images/s, ops per step, time under each fused
 // chain, each replacement with its verified error and measured gain), and report.json.
 std::string format_tune(const tune::TuneResult& r);

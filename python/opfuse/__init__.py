@@ -364,12 +364,19 @@ def profile(model, inputs, loss_fn, steps=2, path="opfuse.trace.json", optimizer
     return path
 
 
-def analyze(path_or_paths, rules=None, no_default_rules=False, measure=False, top=15):
-    """The C++ analysis of one trace (or two, with their diff) as an Analysis."""
+def analyze(path_or_paths, rules=None, no_default_rules=False, measure=False, top=15, backend="auto", steps=0):
+    """The C++ analysis of one trace (or two, with their diff) as an Analysis: the same code, and
+    the same object, as `opfuse analyze PATH --json`. backend: "auto" (what the trace shows),
+    "cpu", "cuda", "npu" or "mtia"; steps: the training steps a trace without ProfilerStep
+    markers holds (as --steps)."""
     paths = [path_or_paths] if isinstance(path_or_paths, (str, os.PathLike)) else list(path_or_paths)
     paths = [os.fspath(p) for p in paths]
     for p in paths:
         if not os.path.isfile(p):
             raise FileNotFoundError(f"{p}: no such trace")
-    got = _C.analyze(paths, _rules(rules, not no_default_rules), measure, top)
+    if backend not in ("auto", "cpu", "cuda", "npu", "mtia"):
+        raise ValueError(f"backend must be auto, cpu, cuda, npu or mtia, not {backend!r}")
+    if not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be a whole number of steps (0: not known), not {steps!r}")
+    got = _C.analyze(paths, _rules(rules, not no_default_rules), measure, top, backend, steps)
     return Analysis(json.loads(got["json"]), got["text"], got["html"])

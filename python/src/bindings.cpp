@@ -216,37 +216,28 @@ py::dict tune_workload(const Workload& w, const std::vector<opfuse::analyze::Rul
 }
 
 py::dict analyze_paths(const std::vector<std::string>& paths, const std::vector<opfuse::analyze::Rule>& rules,
-                       bool measure, int top) {
+                       bool measure, int top, const std::string& backend, int64_t steps) {
   if (paths.empty() || paths.size() > 2) throw std::invalid_argument("analyze takes one trace, or two to compare");
-  opfuse::analyze::Options options;
-  // As the command line: timing here (and this machine's peaks) only when asked; else the peaks an earlier run cached.
-  options.roofline = opfuse::analyze::cached_roofline(at::get_num_threads());
+  opfuse::analyze::FileOptions options;  // as the command line's, with the page always made
+  options.backend = backend;
+  options.steps = steps;
+  options.timeline = true;
   if (measure) {
     options.measure = [](const std::string& op, const std::string& dims) { return opfuse::bench::time_fused_op(op, dims); };
-    options.roofline = opfuse::bench::machine_roofline(at::get_num_threads());
+    options.measure_roofline = [](int threads) { return opfuse::bench::machine_roofline(threads); };
   }
   std::vector<opfuse::analyze::Analysis> analyses;
-  for (const auto& p : paths) {
-    const opfuse::trace::Trace t = opfuse::trace::read_trace(p);
-    // Each trace as what it is; timings and peaks taken here say nothing of a device trace.
-    opfuse::analyze::Options each = options;
-    each.backend = opfuse::analyze::detect_backend(t);
-    if (each.backend != opfuse::analyze::Backend::cpu) each.measure = {}, each.roofline = {};
+  {
     py::gil_scoped_release no_gil;  // the op timings may run a backward, which torch refuses under the GIL
-    analyses.push_back(opfuse::analyze::analyze(t, p, rules, each));
+    for (const auto& p : paths) analyses.push_back(opfuse::analyze::analyze_file(p, rules, options));
   }
-  nlohmann::json json = opfuse::report::analysis_json(analyses.front());
-  std::string text = opfuse::report::format_analysis(analyses.front(), top);
-  if (analyses.size() == 2) {
-    const auto d = opfuse::analyze::diff(analyses[0], analyses[1]);
-    opfuse::report::add_diff(json, d, analyses[1]);
-    text += opfuse::report::format_diff(d, analyses[1], top);
-  }
-  py::dict out;
-  out["json"] = json.dump();
-  out["text"] = text;
-  out["html"] = opfuse::report::analysis_html(json);
-  return out;
+  const opfuse::report::AnalysisOutputs out = opfuse::report::analysis_outputs(
+      analyses.front(), analyses.size() == 2 ? &analyses.back() : nullptr, top, /*all=*/false, /*page=*/true);
+  py::dict result;
+  result["json"] = out.json.dump();
+  result["text"] = out.text;
+  result["html"] = out.html;
+  return result;
 }
 
 }  // namespace
@@ -337,7 +328,8 @@ PYBIND11_MODULE(_C, m) {
       "step (median and interval) and its speed-up over the first (paired ratio and interval)");
   m.def("environment", [] { return opfuse::report::environment_json(opfuse::measure::environment()).dump(); },
         "what measured figures depend on (BLAS, threads, CPU path, LibTorch) as JSON");
-  m.def("analyze", &analyze_paths, py::arg("paths"), py::arg("rules"), py::arg("measure") = false, py::arg("top") = 15);
+  m.def("analyze", &analyze_paths, py::arg("paths"), py::arg("rules"), py::arg("measure") = false, py::arg("top") = 15,
+        py::arg("backend") = "auto", py::arg("steps") = 0);
 
   py::class_<opfuse::profile::Profiler>(m, "Profiler")
       .def(py::init<>())

@@ -187,4 +187,30 @@ Analysis analyze(const Trace& trace, const std::string& path, const std::vector<
   return a;
 }
 
+Analysis analyze_file(const std::string& path, const std::vector<Rule>& rules, const FileOptions& o) {
+  const Trace t = trace::read_trace(path);
+  if (t.dialect == trace::Dialect::unknown)
+    throw std::invalid_argument(fmt::format(
+        "{}: not a trace opfuse recognises (no cpu_op, Operator, kernel, CANN or legacy-profiler events) at byte 0", path));
+  Options options;
+  options.timeline = o.timeline;
+  options.steps = o.steps;
+  options.backend = o.backend == "auto" ? detect_backend(t) : parse_backend(o.backend);
+  std::string warning;
+  // Timing an opfuse op, or this machine's peaks, says something only of a CPU trace taken on
+  // a CPU like this one.
+  if (options.backend == Backend::cpu) {
+    const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    options.measure = o.measure;
+    options.roofline = cached_roofline(threads);
+    if (o.measure_roofline && !options.roofline.known()) options.roofline = o.measure_roofline(threads);
+  } else if (o.measure) {
+    warning = fmt::format("{}: opfuse ops are timed on CPU traces only; this one is {}, so bandwidth estimates are used",
+                          path, backend_name(options.backend));
+  }
+  Analysis a = analyze(t, path, rules, options);
+  if (!warning.empty()) a.trace.warnings.push_back(warning);
+  return a;
+}
+
 }  // namespace opfuse::analyze

@@ -35,35 +35,22 @@ struct AnalyzeArgs {
 };
 
 analyze::Analysis analyze_one(const std::string& path, const AnalyzeArgs& args, const std::vector<analyze::Rule>& rules) {
-  const trace::Trace t = trace::read_trace(path);
-  if (t.dialect == trace::Dialect::unknown)
-    throw std::invalid_argument(fmt::format(
-        "{}: not a trace opfuse recognises (no cpu_op, Operator, kernel, CANN or legacy-profiler events) at byte 0", path));
-  analyze::Options options;
-  options.timeline = !args.html.empty();  // only the page draws it
+  analyze::FileOptions options;
+  options.backend = args.backend;
   options.steps = args.steps;
-  options.backend = args.backend == "auto" ? analyze::detect_backend(t) : analyze::parse_backend(args.backend);
-  // Timing an opfuse op here only says something about a CPU trace taken on a CPU like this one,
-  // and loading LibTorch to do it costs more than the whole analysis, so it is asked for.
-  if (args.measure && options.backend != analyze::Backend::cpu) {
-    std::fprintf(stderr, "warning: %s: --measure times opfuse ops on CPU traces only; this one is %s, so bandwidth estimates are used\n",
-                 path.c_str(), analyze::backend_name(options.backend));
-  } else if (args.measure) {
+  options.timeline = !args.html.empty();  // only the page draws it
+  // Timing an opfuse op here loads LibTorch, which costs more than the whole analysis: asked for.
+  if (args.measure) {
     const auto time_op = reinterpret_cast<TimeFusedOp>(torch_symbol("opfuse_time_fused_op"));
     options.measure = [time_op](const std::string& op, const std::string& dims) { return time_op(op.c_str(), dims.c_str()); };
-  }
-  // The roofline's peaks are this machine's, so only a CPU trace is held to them: measured with
-  // --measure (once, then cached), else whatever an earlier run cached.
-  if (options.backend == analyze::Backend::cpu) {
-    const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    options.roofline = analyze::cached_roofline(threads);
-    if (args.measure && !options.roofline.known()) {
+    options.measure_roofline = [](int threads) {
       const auto peaks = reinterpret_cast<MachineRoofline>(torch_symbol("opfuse_machine_roofline"));
       analyze::Roofline r;
-      if (peaks(threads, &r.flops_per_s, &r.bytes_per_s)) r.threads = threads, r.source = "measured here", options.roofline = r;
-    }
+      if (peaks(threads, &r.flops_per_s, &r.bytes_per_s)) r.threads = threads, r.source = "measured here";
+      return r;
+    };
   }
-  return analyze::analyze(t, path, rules, options);
+  return analyze::analyze_file(path, rules, options);
 }
 
 bool is_glob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
@@ -248,22 +235,14 @@ Run add_analyze(CLI::App& app) {
     const analyze::Analysis before = analyze_one(args->traces[0], *args, rules);
     std::optional<analyze::Analysis> after;
     if (!args->traces[1].empty()) after = analyze_one(args->traces[1], *args, rules);
+    const report::AnalysisOutputs out =
+        report::analysis_outputs(before, after ? &*after : nullptr, args->top, args->all, !args->html.empty());
     std::FILE* tables = tables_stream(*args);
-    std::fputs(report::format_analysis(before, args->top, args->all).c_str(), tables);
-    nlohmann::json json = report::analysis_json(before);
-    if (after) {
-      std::fputs(("\n" + report::format_analysis(*after, args->top, args->all)).c_str(), tables);
-      const analyze::Diff d = analyze::diff(before, *after);
-      std::fputs(report::format_diff(d, *after, args->top).c_str(), tables);
-      report::add_diff(json, d, *after);
-    }
+    std::fputs(out.text.c_str(), tables);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(tables, "\nanalysed in %.2f s\n", seconds);
-    if (!args->json.empty()) report::write_json(args->json, json, args->force);
-    if (!args->html.empty()) {
-      report::add_timelines(json, before, after ? &*after : nullptr);  // after --json: the page alone carries it
-      report::write_text(args->html, report::analysis_html(json), args->force);
-    }
+    if (!args->json.empty()) report::write_json(args->json, out.json, args->force);
+    if (!args->html.empty()) report::write_text(args->html, out.html, args->force);
     return 0;
   };
 }

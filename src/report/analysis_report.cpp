@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "opfuse/report.h"
+#include "opfuse/report_html.h"
 
 namespace opfuse::report {
 namespace {
@@ -462,6 +463,24 @@ void add_diff(nlohmann::json& analysis, const analyze::Diff& d, const Analysis& 
                       {"ops", ops},
                       {"findings_vanished", findings_json(d.vanished, after.trace.backend, steps_before)},
                       {"findings_appeared", findings_json(d.appeared, after.trace.backend, after.trace.steps)}};
+}
+
+AnalysisOutputs analysis_outputs(const Analysis& before, const Analysis* after, int top, bool all, bool page) {
+  AnalysisOutputs out;
+  out.text = format_analysis(before, top, all);
+  out.json = analysis_json(before);
+  if (after != nullptr) {
+    out.text += "\n" + format_analysis(*after, top, all);
+    const analyze::Diff d = analyze::diff(before, *after);
+    out.text += format_diff(d, *after, top);
+    add_diff(out.json, d, *after);
+  }
+  if (page) {
+    nlohmann::json with_timelines = out.json;
+    add_timelines(with_timelines, before, after);
+    out.html = analysis_html(with_timelines);
+  }
+  return out;
 }
 
 }  // namespace opfuse::report

@@ -509,7 +509,7 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
   say(h, "estimates: each variant profiled, what its rewrite leaves");
   std::vector<analyze::Analysis> left{result.baseline.analysis};
   for (size_t k = 1; k < variants.size(); ++k) {
-    left.push_back(analysis_of(*variants[k], o, o.out_dir + "/.variant.trace.json"));
+    left.push_back(analysis_of(*variants[k], o, o.out_dir + "/." + trace_name(pristine, "variant")));
     if (h.progress) h.progress(static_cast<int>(k), static_cast<int>(variants.size() - 1));
   }
   say(h, "measure: baseline and rewrites alternating");
