@@ -442,10 +442,18 @@ struct Finder {
   double measured_time(const Match& mt, const std::vector<int32_t>& ops) {
     if (mt.pattern == nullptr || mt.pattern->measure.empty() || !o.measure) return -1;
     std::vector<const Shape*> distinct;
-    for (int32_t e : ops)
-      for (const Shape* shape : op_shapes(e).shapes)
-        if (std::find(distinct.begin(), distinct.end(), shape) == distinct.end()) distinct.push_back(shape);
+    for (int32_t e : ops) add_shapes(e, distinct);
     return distinct.empty() ? -1 : measure(mt.pattern->measure, distinct);
+  }
+
+  // An op's input shapes; for an autograd node, which records none, those of the ops it ran
+  // (NativeBatchNormBackward0's native_batch_norm_backward).
+  void add_shapes(int32_t e, std::vector<const Shape*>& distinct, int depth = 0) {
+    const std::vector<const Shape*>& own = op_shapes(e).shapes;
+    for (const Shape* shape : own)
+      if (std::find(distinct.begin(), distinct.end(), shape) == distinct.end()) distinct.push_back(shape);
+    if (!own.empty() || depth == 2) return;
+    for (size_t k = 0; k < m.child_count(e); ++k) add_shapes(m.children_of(e)[k], distinct, depth + 1);
   }
 
   // A matrix product's time less the copies and views it made first (a 4-d matmul's expand and
