@@ -26,7 +26,9 @@ def test_an_ascend_trace_is_analysed_as_one():
 
 
 @pytest.mark.parametrize("trace", ["kineto_rocm_minitoy.json.gz", "ascend_task_queue.json", "kineto_cpu_only.json.gz"])
-def test_python_and_the_command_line_give_one_object(trace, tmp_path):
+def test_python_and_the_command_line_give_one_object(trace, tmp_path, monkeypatch):
+    # Both read this machine's cached peaks: one cache of their own, so no other run changes it between them.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = os.path.join(DATA, trace)
     cli = os.path.join(os.environ.get("OPFUSE_BUILD_DIR", "build"), "opfuse")
     written = tmp_path / "a.json"
