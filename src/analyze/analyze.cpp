@@ -43,7 +43,8 @@ std::vector<double> take_repeated_steps(Summary& s, const Trace& t, const Model&
   return std::move(r.starts);
 }
 
-Summary summarise(const Trace& t, const Model& m, const std::string& path, Backend backend, int64_t given_steps) {
+Summary summarise(const Trace& t, const Model& m, const std::string& path, Backend backend, int64_t given_steps,
+                  double profiler_us_per_event) {
   Summary s;
   s.path = path;
   s.dialect = trace::dialect_name(t.dialect);
@@ -67,7 +68,7 @@ Summary summarise(const Trace& t, const Model& m, const std::string& path, Backe
   s.step_us = median(steps);
   if (s.steps > 0) s.steps_from = "ProfilerStep";
   s.plain_step_us = s.steps > 0 ? t.plain_step_us : 0;
-  s.profiler_us_per_event = profiler_cost(t, m);
+  s.profiler_us_per_event = profiler_us_per_event;
   take_given_steps(s, given_steps);
   const std::vector<double> inferred_starts = take_repeated_steps(s, t, m);
   s.has_device = !m.device_lanes.empty();
@@ -156,12 +157,13 @@ Backend detect_backend(const Trace& trace) {
 
 Analysis analyze(const Trace& trace, const std::string& path, const std::vector<Rule>& rules, const Options& options) {
   const Model model = trace::build_model(trace);
+  const double profiler_us = profiler_cost(trace, model);  // one pass, for the summary and the savings
   Analysis a;
   // The op table and summary on a second core while the findings (which may time ops) run here.
   std::exception_ptr failed;
   std::thread tables([&] {
     try {
-      a.trace = summarise(trace, model, path, options.backend, options.steps);
+      a.trace = summarise(trace, model, path, options.backend, options.steps, profiler_us);
       a.ops = op_table(trace, model);
       a.modules = module_time(trace, model);
       a.kernels = kernel_table(trace, model);
@@ -173,7 +175,7 @@ Analysis analyze(const Trace& trace, const std::string& path, const std::vector<
   });
   std::vector<int32_t> finding_of_event;
   try {
-    a.findings = find_fusions(trace, model, rules, options, &finding_of_event);
+    a.findings = find_fusions(trace, model, rules, options, profiler_us, &finding_of_event);
     if (options.timeline) a.timeline = step_timeline(trace, model, finding_of_event);
     a.critical_path = critical_path(trace, model);
     what_if(trace, model, a.critical_path, finding_of_event, a.findings);

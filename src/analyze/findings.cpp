@@ -156,7 +156,7 @@ struct Finder {
   std::vector<char> claimed;
   std::map<std::pair<std::string, std::string>, double> measured;
 
-  Finder(const Trace& trace, const Model& model, const Options& options)
+  Finder(const Trace& trace, const Model& model, const Options& options, double profiler_us_per_event)
       : t(trace), m(model), o(options), names(trace.strings.size()), shapes_by_dims(trace.strings.size(), -1),
         claimed(trace.events.size(), 0) {
     std::vector<char> done(t.strings.size(), 0);
@@ -180,8 +180,8 @@ struct Finder {
       for (const auto& lane : m.device_lanes)
         for (int32_t k : lane)
           for (int32_t op = m.launcher[k]; op >= 0; op = m.op_parent[op]) device_time[op] += t.events[k].dur;
-    } else if (const double each = profiler_cost(t, m); each > 0) {
-      profiled_cost = profiled_cost_inside(t, m, each);
+    } else if (profiler_us_per_event > 0) {
+      profiled_cost = profiled_cost_inside(t, m, profiler_us_per_event);
     }
   }
 
@@ -645,8 +645,9 @@ void mark_matches(const std::vector<const std::vector<Match>*>& lists, const std
 }  // namespace
 
 std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const std::vector<Rule>& rules,
-                                  const Options& options, std::vector<int32_t>* finding_of_event) {
-  Finder finder(trace, model, options);
+                                  const Options& options, double profiler_us_per_event,
+                                  std::vector<int32_t>* finding_of_event) {
+  Finder finder(trace, model, options, profiler_us_per_event);
   finder.prepare(rules);
   std::vector<Match> matches, mined;
   finder.for_each_sequence([&](const int32_t* seq, size_t n, int32_t parent) {

@@ -9,10 +9,12 @@
 
 namespace opfuse::analyze {
 
-// With `finding_of_event`, also marks each event of a match (its ops and their wrapper op) with
-// the index of its finding in the result, −1 elsewhere: the timeline colours by it.
+// Savings leave out profiler_us_per_event (profiler_cost) for each record inside an op. With
+// `finding_of_event`, also marks each event of a match (its ops and their wrapper op) with the
+// index of its finding in the result, −1 elsewhere: the timeline colours by it.
 std::vector<Finding> find_fusions(const trace::Trace& trace, const trace::Model& model, const std::vector<Rule>& rules,
-                                  const Options& options, std::vector<int32_t>* finding_of_event = nullptr);
+                                  const Options& options, double profiler_us_per_event = 0,
+                                  std::vector<int32_t>* finding_of_event = nullptr);
 
 // What opfuse's profiler added per op, scope or allocation recorded in a step: the median
 // profiled step's excess over the unprofiled step the trace records, spread over a step's

@@ -78,12 +78,13 @@ double warm_up(Workload& w, int steps, const std::function<void(int, int)>& prog
   return median(last);
 }
 
+// for_page: the report page draws a step of this side (a timeline costs a pass and its slices).
 analyze::Analysis profile_and_analyze(Workload& w, const TuneOptions& o, const std::string& path, int first_step,
-                                      double plain_step_ms = 0) {
+                                      double plain_step_ms = 0, bool for_page = true) {
   profile_to(w, o, path, first_step, plain_step_ms);
   const trace::Trace t = trace::read_trace(path);
   analyze::Options options;
-  options.timeline = true;  // the report page draws a step of each side
+  options.timeline = for_page;
   if (o.measure_ops)
     options.measure = [](const std::string& op, const std::string& dims) { return bench::time_fused_op(op, dims); };
   options.roofline = bench::machine_roofline(at::get_num_threads());
@@ -242,7 +243,7 @@ analyze::Analysis analysis_of(const Workload& variant, const TuneOptions& o, con
   const std::shared_ptr<Workload> w = variant.clone();
   const int steps = std::max(o.warmup, kProfileWarmup);
   const double plain_ms = warm_up(*w, steps, {});
-  analyze::Analysis a = profile_and_analyze(*w, o, path, steps + 1, plain_ms);
+  analyze::Analysis a = profile_and_analyze(*w, o, path, steps + 1, plain_ms, /*for_page=*/false);
   std::filesystem::remove(path);
   return a;
 }
