@@ -3,13 +3,13 @@
 # run on EfficientNet-B0 (opfuse's profiler, memory-efficient Swish, this machine):
 #   1. profile a few training steps of the reference model and analyze the trace (bandwidth
 #      estimates, and --measure: opfuse ops timed here at the recorded shapes);
-#   2. train the reference, --swish fused and opfuse-all alternating (train --compare);
+#   2. train the reference, --fuse silu and --fuse all alternating (train --compare);
 #   3. print each estimate per step beside the actual saving per step, and their ratio.
 # Three comparisons:
 #   silu (default rules)  the silu finding as analyze reports it; BatchNorm + Swish pairs go to
 #                         batch_norm_silu, so it covers the backward chains and the SE-branch Swish;
-#   silu (silu rule only) every Swish chain, forward and backward: what --swish fused replaces;
-#   all opfuse findings   silu + batch_norm_silu + se_gate + drop_connect_add: what opfuse-all replaces.
+#   silu (silu rule only) every Swish chain, forward and backward: what --fuse silu replaces;
+#   all opfuse findings   silu + batch_norm_silu + se_gate + drop_connect_add: what --fuse all replaces.
 #   bench/analyze_estimate.sh [build/opfuse] [IMAGE_SIZE=224] [BATCH=8]
 set -eu
 opfuse="${1:-build/opfuse}"
@@ -36,7 +36,7 @@ echo "EfficientNet-B0, ${size}x${size}, batch $batch"
 "$opfuse" analyze "$out/trace.json" --no-default-rules --rules "$out/silu.yaml" --json "$out/silu-bandwidth.json" > /dev/null
 "$opfuse" analyze "$out/trace.json" --no-default-rules --rules "$out/silu.yaml" --measure --json "$out/silu-measured.json" > /dev/null
 "$opfuse" train --image-size "$size" --batch-size "$batch" --steps 3 --warmup 2 --rounds 5 \
-  --compare memory-efficient,fused,opfuse-all --json "$out/actual.json" > /dev/null
+  --compare memory-efficient,silu,all --json "$out/actual.json" > /dev/null
 python3 - "$out" "$batch" <<'EOF'
 import json, sys
 out, batch = sys.argv[1], int(sys.argv[2])
@@ -48,9 +48,9 @@ def saving_ms(name, rules):
 traced = load("bandwidth")["trace"]
 print(f"step time: profiled {traced['step_us'] / 1000:.1f} ms, unprofiled {step_ms['memory-efficient']:.1f} ms")
 opfuse_ops = {"silu", "batch_norm_silu", "se_gate", "drop_connect_add"}
-rows = [("silu (default rules)", "", {"silu"}, "fused"),
-        ("silu (silu rule only)", "silu-", {"silu"}, "fused"),
-        ("all opfuse findings", "", opfuse_ops, "opfuse-all")]
+rows = [("silu (default rules)", "", {"silu"}, "silu"),
+        ("silu (silu rule only)", "silu-", {"silu"}, "silu"),
+        ("all opfuse findings", "", opfuse_ops, "all")]
 print(f"{'finding':24}{'actual ms/step':>16}{'bandwidth':>12}{'ratio':>8}{'measured':>12}{'ratio':>8}")
 for label, prefix, rules, variant in rows:
     actual = step_ms["memory-efficient"] - step_ms[variant]

@@ -206,7 +206,7 @@ struct DeviceTime {
 
 // One per device with events, busiest first. The steps are the trace's ProfilerStep markers, or,
 // in a trace without them, the starts of the steps inferred from its ops.
-std::vector<DeviceTime> device_time(const trace::Trace& trace, const trace::Model& model,
+std::vector<DeviceTime> device_time(const trace::Trace& trace, const trace::Links& links,
                                     const std::vector<double>& inferred_step_starts = {});
 
 struct Summary {
@@ -238,10 +238,10 @@ struct CriticalPath {
   double host_us = 0, device_us = 0, idle_us = 0;  // of it: host ops, device events, gaps nothing recorded fills
   std::vector<double> on_path;                 // per event: its µs on the path (top-level host ops, device events)
 };
-CriticalPath critical_path(const trace::Trace& trace, const trace::Model& model);
+CriticalPath critical_path(const trace::Trace& trace, const trace::Links& links);
 // Each finding's critical_share and saving_on_path_us, from the path and the events its matches
 // cover (finding_of_event: the finding's index per matched op, else −1).
-void what_if(const trace::Trace& trace, const trace::Model& model, const CriticalPath& path,
+void what_if(const trace::Trace& trace, const trace::Links& links, const CriticalPath& path,
              const std::vector<int32_t>& finding_of_event, std::vector<Finding>& findings);
 
 // Time per module scope: opfuse's and record_function's scopes (user annotations) where the
@@ -253,7 +253,7 @@ struct ModuleTime {
   double total_us = 0;  // inclusive: nested scopes count in their parent too
   double self_us = 0;   // less the nested scopes
 };
-std::vector<ModuleTime> module_time(const trace::Trace& trace, const trace::Model& model);  // by total, largest first
+std::vector<ModuleTime> module_time(const trace::Trace& trace, const trace::Links& links);  // by total, largest first
 
 // Where memory goes, from the allocations the profile recorded (Kineto's "[memory]" events, which
 // opfuse's profiler writes too): per device, the peak of the allocator's total, when it came, and
@@ -277,7 +277,7 @@ struct MemoryTime {
                                                      // highest point of each of at most kTimelinePoints spans
   static constexpr size_t kTimelinePoints = 400;
 };
-std::vector<MemoryTime> memory_time(const trace::Trace& trace, const trace::Model& model);  // largest peak first
+std::vector<MemoryTime> memory_time(const trace::Trace& trace, const trace::Links& links);  // largest peak first
 // The CPU's peak among them (bytes), or −1 when the profile recorded none there.
 int64_t cpu_peak_bytes(const std::vector<MemoryTime>& memory);
 
@@ -287,7 +287,7 @@ struct KernelStat {
   int64_t count = 0;
   double total_us = 0;
 };
-std::vector<KernelStat> kernel_table(const trace::Trace& trace, const trace::Model& model);  // by total, largest first
+std::vector<KernelStat> kernel_table(const trace::Trace& trace, const trace::Links& links);  // by total, largest first
 
 // One step as a timeline: host threads and device streams as lanes, each slice on the row of its
 // nesting depth, coloured by the finding whose chain it belongs to. Times are µs from `begin_us`.
@@ -317,7 +317,7 @@ struct Timeline {
 };
 
 // `finding_of_event`: per event, the index of the finding whose chain holds it, or −1.
-Timeline step_timeline(const trace::Trace& trace, const trace::Model& model, const std::vector<int32_t>& finding_of_event);
+Timeline step_timeline(const trace::Trace& trace, const trace::Links& links, const std::vector<int32_t>& finding_of_event);
 
 struct Analysis {
   Summary trace;

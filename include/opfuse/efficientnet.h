@@ -14,26 +14,9 @@
 
 namespace opfuse::models {
 
-// How Swish is computed; switchable on a built model, as the reference's set_swish.
-enum class SwishKind { memory_efficient, composite, aten, fused };
-// How the squeeze-and-excitation tail sigmoid(s) · x is computed.
-enum class SeGateKind { composite, fused };
-// How each BatchNorm followed by Swish (stem, expansion, depthwise, head) is computed: the
-// BatchNorm2d module then the Swish variant, or one opfuse::batch_norm_silu on the module's
-// parameters and buffers.
-enum class BatchNormSiluKind { composite, fused };
-// How a block's drop connect + residual add is computed: the reference's drop_connect then
-// `+ inputs`, or one opfuse::drop_connect_add (the same mask for the same seed).
-enum class DropConnectKind { composite, fused };
-
-// "composite" | "fused" for the three kinds above; throws std::invalid_argument naming `what`.
-SeGateKind parse_se_gate_kind(const std::string& name);
-BatchNormSiluKind parse_batch_norm_silu_kind(const std::string& name);
-DropConnectKind parse_drop_connect_kind(const std::string& name);
-
-SwishKind parse_swish_kind(const std::string& name);  // throws std::invalid_argument
-std::string to_string(SwishKind kind);
-const std::vector<std::string>& swish_kind_names();
+// The Swish spellings a model is built with: the reference's memory-efficient autograd Function,
+// x · sigmoid(x) through autograd ("composite"), or torch's silu ("aten").
+const std::vector<std::string>& swish_spellings();
 
 // One "r1_k3_s11_e1_i32_o16_se0.25" block string, decoded.
 struct BlockArgs {
@@ -74,49 +57,74 @@ class Conv2dStaticSamePaddingImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Conv2dStaticSamePadding);
 
+// The model's reference modules where a fusion may go: each computes as the reference does, and
+// a rewrite swaps it (Module::replace_module) for a subclass that computes the same with a fused
+// op. The model calls them through their virtual forward and never asks which it holds.
+
+// Swish, in one of swish_spellings().
 class SwishImpl : public torch::nn::Module {
  public:
-  explicit SwishImpl(SwishKind kind = SwishKind::memory_efficient) : kind(kind) {}
-  at::Tensor forward(const at::Tensor& x);
-  SwishKind kind;
+  explicit SwishImpl(std::string spelling = "memory-efficient");  // throws std::invalid_argument
+  virtual at::Tensor forward(const at::Tensor& x);
+  std::string spelling;
 };
 TORCH_MODULE(Swish);
 
+// swish(bn(x)) at each BatchNorm a Swish follows, each in its own profiler scope. Holds no
+// tensors: it calls its owner's BatchNorm and Swish, which may be swapped after it is made.
+class BatchNormSwishImpl : public torch::nn::Module {
+ public:
+  BatchNormSwishImpl(torch::nn::BatchNorm2d* bn, Swish* swish, std::string bn_scope, std::string swish_scope);
+  virtual at::Tensor forward(const at::Tensor& x);
+  torch::nn::BatchNorm2d* bn;
+  Swish* swish;
+  std::string bn_scope, swish_scope;
+};
+TORCH_MODULE(BatchNormSwish);
+
+// The squeeze-and-excitation tail, sigmoid(gate) · x.
+class SqueezeExcitationGateImpl : public torch::nn::Module {
+ public:
+  virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& gate);
+};
+TORCH_MODULE(SqueezeExcitationGate);
+
+// A residual block's tail: the reference's drop_connect of x (in training), then + inputs.
+class DropConnectAddImpl : public torch::nn::Module {
+ public:
+  virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& inputs, double drop_connect_rate);
+};
+TORCH_MODULE(DropConnectAdd);
+
 class MBConvBlockImpl : public torch::nn::Module {
  public:
-  MBConvBlockImpl(const BlockArgs& args, const GlobalParams& p, int image_size);
+  // path: the block's place in the model ("_blocks.3"), naming its profiler scopes.
+  MBConvBlockImpl(const BlockArgs& args, const GlobalParams& p, int image_size, const std::string& swish,
+                  const std::string& path);
   at::Tensor forward(const at::Tensor& inputs, double drop_connect_rate);
   at::Tensor squeeze_excite(const at::Tensor& x);
-  // swish(bn(x)) in the profiler scope of bn, fused or not as bn_silu says.
-  at::Tensor bn_swish(torch::nn::BatchNorm2d& bn, const std::string& bn_scope, const at::Tensor& x);
-  // Names the profiler scopes after the module's path in the model, e.g. "_blocks.3".
-  void set_path(const std::string& path);
+  bool has_residual() const;  // stride 1, as many filters out as in, and not "noskip"
   BlockArgs args;
   struct ScopeNames {
-    std::string block, expand_conv, bn0, depthwise_conv, bn1, se, swish, project_conv, bn2;
+    std::string block, expand_conv, depthwise_conv, se, swish, project_conv, bn2;
   } scope;
-  SeGateKind se_gate = SeGateKind::composite;
-  BatchNormSiluKind bn_silu = BatchNormSiluKind::composite;
-  DropConnectKind drop_connect = DropConnectKind::composite;
   Conv2dStaticSamePadding _expand_conv{nullptr}, _depthwise_conv{nullptr}, _se_reduce{nullptr},
       _se_expand{nullptr}, _project_conv{nullptr};
   torch::nn::BatchNorm2d _bn0{nullptr}, _bn1{nullptr}, _bn2{nullptr};
   Swish _swish{nullptr};
+  // The fusion points beside the reference's own modules (none where the block has no such step).
+  BatchNormSwish _bn0_swish{nullptr}, _bn1_swish{nullptr};
+  SqueezeExcitationGate _se_gate{nullptr};
+  DropConnectAdd _drop_connect_add{nullptr};
 };
 TORCH_MODULE(MBConvBlock);
 
 class EfficientNetImpl : public torch::nn::Module {
  public:
-  EfficientNetImpl(const std::vector<BlockArgs>& blocks, const GlobalParams& p);
+  EfficientNetImpl(const std::vector<BlockArgs>& blocks, const GlobalParams& p, const std::string& swish);
   at::Tensor forward(const at::Tensor& x);
-  void set_swish(SwishKind kind);
-  void set_se_gate(SeGateKind kind);
-  void set_batch_norm_silu(BatchNormSiluKind kind);
-  void set_drop_connect(DropConnectKind kind);
   int64_t parameter_count() const;
-  BatchNormSiluKind bn_silu = BatchNormSiluKind::composite;  // stem and head; blocks keep their own
-  // swish(bn(x)) for the stem's _bn0 and the head's _bn1, in the BatchNorm's profiler scope.
-  at::Tensor stem_or_head_bn_swish(torch::nn::BatchNorm2d& bn, const char* bn_scope, const at::Tensor& x);
+  std::vector<MBConvBlockImpl*> blocks() const;
   GlobalParams params;
   Conv2dStaticSamePadding _conv_stem{nullptr}, _conv_head{nullptr};
   torch::nn::BatchNorm2d _bn0{nullptr}, _bn1{nullptr};
@@ -124,17 +132,15 @@ class EfficientNetImpl : public torch::nn::Module {
   torch::nn::Dropout _dropout{nullptr};
   torch::nn::Linear _fc{nullptr};
   Swish _swish{nullptr};
+  BatchNormSwish _bn0_swish{nullptr}, _bn1_swish{nullptr};  // the stem's and the head's
 };
 TORCH_MODULE(EfficientNet);
-
-// silu(bn(x)) as one opfuse::batch_norm_silu with the module's parameters, buffers and mode,
-// including its num_batches_tracked count and momentum, as BatchNorm2d's own forward.
-at::Tensor fused_batch_norm_silu(torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x);
 
 // The B0 block strings; every variant scales them.
 const std::vector<std::string>& efficientnet_block_strings();
 
 // Builds efficientnet-bN; image_size 0 means the variant's own resolution.
-EfficientNet make_efficientnet(const std::string& model_name, int num_classes = 1000, int image_size = 0);
+EfficientNet make_efficientnet(const std::string& model_name, int num_classes = 1000, int image_size = 0,
+                               const std::string& swish = "memory-efficient");
 
 }  // namespace opfuse::models

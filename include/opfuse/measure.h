@@ -84,6 +84,11 @@ Measurement interleave(const std::vector<Run>& variants, const Options& options,
 // what will be measured, so a trace's times and the measurement share one memory regime.
 void keep_freed_memory();
 
+// How every face writes an interval and a gain: "[1.2, 3.4]" ("?" for an unbounded end) and
+// "+3.1% [+1.0%, +5.2%]".
+std::string format_interval(const Interval& interval, const char* spec);
+std::string format_gain(double gain, const Interval& ci);
+
 // A percentile-bootstrap interval of the median of xs (fixed seed: the same data give the same
 // interval); unbounded for fewer than two values.
 Interval bootstrap_median(const std::vector<double>& xs, double confidence);

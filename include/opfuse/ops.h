@@ -13,6 +13,10 @@
 
 namespace opfuse {
 
+// The vector path opfuse's CPU kernels take on this machine: "scalar", "avx2" or "avx512"
+// (OPFUSE_CPU_CAPABILITY caps it, as ATEN_CPU_CAPABILITY caps ATen's).
+const char* cpu_kernel_path();
+
 // silu(x) = x * sigmoid(x); backward is one fused pass.
 at::Tensor silu(const at::Tensor& x);
 

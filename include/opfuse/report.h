@@ -21,8 +21,6 @@ std::string format_table(const Row& header, const std::vector<Row>& rows);
 
 // Measurement: [lo, hi] (null for an unbounded end), the machine's load, the environment.
 nlohmann::json interval_json(const measure::Interval& interval);
-std::string format_interval(const measure::Interval& interval, const char* spec);  // "[1.2, 3.4]", "?" unbounded
-std::string format_gain(double gain, const measure::Interval& ci);                 // "+3.1% [+1.0%, +5.2%]"
 nlohmann::json machine_json(const measure::Machine& machine);
 std::string format_machine(const measure::Machine& machine);
 nlohmann::json environment_json(const measure::Environment& environment);

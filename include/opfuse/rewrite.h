@@ -14,12 +14,16 @@
 
 #include "opfuse/analyze.h"
 
+namespace opfuse::models {
+class EfficientNetImpl;
+}
+
 namespace opfuse::rewrite {
 
 // A model tune trains, profiles, rewrites and checks.
-class Model {
+class Target {
  public:
-  virtual ~Model() = default;
+  virtual ~Target() = default;
   virtual std::string name() const = 0;
   // forward's positional inputs; a model that returns a tuple trains on its first element.
   virtual at::Tensor forward(const std::vector<at::Tensor>& inputs) = 0;
@@ -32,7 +36,7 @@ class Model {
   // Converts parameters and buffers (float64 for the reference verification runs against).
   virtual void to(at::ScalarType dtype) = 0;
   // A model with its own copy of every parameter and buffer and its own rewrites.
-  virtual std::unique_ptr<Model> clone() const = 0;
+  virtual std::unique_ptr<Target> clone() const = 0;
   // Writes the model so it can be used: TorchScript for scripted models, weights and a config
   // for built-in ones. Returns the paths written.
   virtual std::vector<std::string> save(const std::string& path_without_extension) const = 0;
@@ -42,30 +46,41 @@ class Model {
 
 // efficientnet-b0…b7, built as the reference ships it (memory-efficient Swish, composite SE tail),
 // parameters drawn from `seed`.
-std::unique_ptr<Model> efficientnet(const std::string& name, int image_size, int num_classes, uint64_t seed);
+std::unique_ptr<Target> efficientnet(const std::string& name, int image_size, int num_classes, uint64_t seed);
 
 // A module saved with torch.jit.save / torch::jit::Module::save. Throws std::invalid_argument
 // naming the file when it cannot be loaded or has no forward.
-std::unique_ptr<Model> load_torchscript(const std::string& path);
+std::unique_ptr<Target> load_torchscript(const std::string& path);
 
-struct Rewrite {
+// The fusions the built-in EfficientNet takes by module swap, by rule name: silu, se_gate,
+// batch_norm_silu, drop_connect_add.
+struct ModuleFusion {
+  std::string rule;  // "silu"
+  std::string what;  // for people: "Swish modules → opfuse::silu"
+};
+const std::vector<ModuleFusion>& efficientnet_fusions();
+// Swaps net's reference modules at the rule's fusion points for fused ones; returns how many
+// places changed (0 where done before). Throws std::invalid_argument for a rule it has no swap for.
+int fuse_efficientnet(models::EfficientNetImpl& net, const std::string& rule);
+
+struct Rewriter {
   std::string rule;  // the analyze rule whose finding it answers ("silu")
   std::string name;  // what it does, for people: "Swish modules → opfuse::silu"
   // Rewrites the model in place; returns how many places changed (0: it does not apply here).
-  std::function<int(Model&)> apply;
+  std::function<int(Target&)> apply;
 };
 
 // The rewrites for a rule on this kind of model: the built-in module swaps, and one per
 // TorchScript pattern pair the rule carries.
-std::vector<Rewrite> rewrites_for(const analyze::Rule& rule);
+std::vector<Rewriter> rewriters_for(const analyze::Rule& rule);
 
 // One TorchScript pattern pair applied to every method graph of the module and its submodules
 // (with inline_calls, after the module's forward is inlined: a pattern across module calls);
 // returns how many matches were replaced. Throws std::invalid_argument for a pattern that does
 // not parse.
-int rewrite_graph(Model& model, const std::string& pattern, const std::string& replacement, bool inline_calls = false);
+int rewrite_graph(Target& model, const std::string& pattern, const std::string& replacement, bool inline_calls = false);
 
 // Whether the model is a TorchScript module (graph rewrites apply) or a built-in one.
-bool is_torchscript(const Model& model);
+bool is_torchscript(const Target& model);
 
 }  // namespace opfuse::rewrite

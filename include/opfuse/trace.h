@@ -100,7 +100,7 @@ enum class Kind : uint8_t {
 
 // The relations analysis walks, built once from nesting, flows and ids. Indices are event
 // indices into Trace::events; −1 means none.
-struct Model {
+struct Links {
   std::vector<Kind> kind;
   std::vector<int32_t> parent;       // the enclosing slice on the same thread
   std::vector<int32_t> op_parent;    // the nearest enclosing op
@@ -123,6 +123,6 @@ struct Model {
   const int32_t* children_of(int32_t e) const { return children.data() + child_begin[e]; }
 };
 
-Model build_model(const Trace& trace);
+Links build_links(const Trace& trace);
 
 }  // namespace opfuse::trace

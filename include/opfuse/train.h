@@ -13,10 +13,8 @@ namespace opfuse::train {
 
 struct TrainOptions {
   std::string model = "efficientnet-b0";
-  std::string swish = "memory-efficient";  // memory-efficient | composite | aten | fused
-  std::string se_gate = "composite";       // composite | fused
-  std::string bn_swish = "composite";      // BatchNorm + Swish: composite | fused (opfuse::batch_norm_silu)
-  std::string drop_connect = "composite";  // drop connect + residual: composite | fused (opfuse::drop_connect_add)
+  std::string swish = "memory-efficient";  // how the model spells Swish: memory-efficient | composite | aten
+  std::vector<std::string> fuse;           // rule names of rewrite::efficientnet_fusions(), applied in order
   int image_size = 0;                      // 0: the model's own resolution
   int batch_size = 16;
   int steps = 20;   // timed steps, after the warm-up
@@ -38,7 +36,8 @@ struct StepRecord {
 };
 
 struct TrainResult {
-  std::string model, swish, se_gate, bn_swish, drop_connect, data;
+  std::string model, swish, data;
+  std::vector<std::string> fusions;  // the rules applied
   int64_t parameters = 0;
   int image_size = 0, batch_size = 0, steps = 0, threads = 0;
   double images_per_sec = 0;  // timed steps only
@@ -55,17 +54,16 @@ struct TrainResult {
 // on_step sees every step as it finishes, for progress and per-step lines.
 TrainResult train(const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step = {});
 
-// The --compare variant that turns every opfuse fusion on: fused Swish, SE gate,
-// BatchNorm + Swish and drop connect.
-inline constexpr const char* kAllFusions = "opfuse-all";
+// The --fuse and --compare name for every fusion at once.
+inline constexpr const char* kAllFusions = "all";
 
-// options as a --compare variant runs them: a Swish kind replaces options.swish (the other
-// switches as options say); kAllFusions sets all four switches to fused. Throws
-// std::invalid_argument for an unknown variant.
+// options as a --compare variant runs them: a Swish spelling replaces options.swish, a fusion's
+// rule name is added to options.fuse, kAllFusions fuses everything. Throws std::invalid_argument
+// for an unknown variant.
 TrainOptions variant_options(const TrainOptions& options, const std::string& variant);
 
 struct CompareResult {
-  std::vector<std::string> variants;  // swish kinds or kAllFusions, first is the baseline
+  std::vector<std::string> variants;  // as given to compare, the first the baseline
   int batch_size = 0, steps = 0;
   measure::Measurement timing;         // ms per step, per variant and round
   std::vector<measure::Ratio> speedup;  // the baseline's step time over each variant's, paired rounds

@@ -15,7 +15,7 @@ namespace opfuse::analyze {
 namespace {
 
 using trace::Kind;
-using trace::Model;
+using trace::Links;
 using trace::Trace;
 
 // The steps the user says the trace holds stand in for markers it lacks; markers that disagree
@@ -33,7 +33,7 @@ void take_given_steps(Summary& s, int64_t given) {
 
 // With neither markers nor a count, the steps a training loop's repeating ops show; their starts
 // (for the device figures per step).
-std::vector<double> take_repeated_steps(Summary& s, const Trace& t, const Model& m) {
+std::vector<double> take_repeated_steps(Summary& s, const Trace& t, const Links& m) {
   if (s.steps > 0) return {};
   RepeatedSteps r = repeated_steps(t, m);
   if (r.steps == 0) return {};
@@ -43,7 +43,7 @@ std::vector<double> take_repeated_steps(Summary& s, const Trace& t, const Model&
   return std::move(r.starts);
 }
 
-Summary summarise(const Trace& t, const Model& m, const std::string& path, Backend backend, int64_t given_steps,
+Summary summarise(const Trace& t, const Links& m, const std::string& path, Backend backend, int64_t given_steps,
                   double profiler_us_per_event) {
   Summary s;
   s.path = path;
@@ -100,7 +100,7 @@ struct OpWork {
 };
 
 // Per op name: count, inclusive and self time, the device time of what it launched, its work.
-std::vector<OpStat> op_table(const Trace& t, const Model& m) {
+std::vector<OpStat> op_table(const Trace& t, const Links& m) {
   OpWork work{t, {}};
   const size_t n = t.events.size();
   std::vector<double> self(n), device(m.device_lanes.empty() ? 0 : n, 0);
@@ -156,18 +156,18 @@ Backend detect_backend(const Trace& trace) {
 }
 
 Analysis analyze(const Trace& trace, const std::string& path, const std::vector<Rule>& rules, const Options& options) {
-  const Model model = trace::build_model(trace);
-  const double profiler_us = profiler_cost(trace, model);  // one pass, for the summary and the savings
+  const Links links = trace::build_links(trace);
+  const double profiler_us = profiler_cost(trace, links);  // one pass, for the summary and the savings
   Analysis a;
   // The op table and summary on a second core while the findings (which may time ops) run here.
   std::exception_ptr failed;
   std::thread tables([&] {
     try {
-      a.trace = summarise(trace, model, path, options.backend, options.steps, profiler_us);
-      a.ops = op_table(trace, model);
-      a.modules = module_time(trace, model);
-      a.kernels = kernel_table(trace, model);
-      a.memory = memory_time(trace, model);
+      a.trace = summarise(trace, links, path, options.backend, options.steps, profiler_us);
+      a.ops = op_table(trace, links);
+      a.modules = module_time(trace, links);
+      a.kernels = kernel_table(trace, links);
+      a.memory = memory_time(trace, links);
       a.roofline = options.roofline;
     } catch (...) {
       failed = std::current_exception();
@@ -175,10 +175,10 @@ Analysis analyze(const Trace& trace, const std::string& path, const std::vector<
   });
   std::vector<int32_t> finding_of_event;
   try {
-    a.findings = find_fusions(trace, model, rules, options, profiler_us, &finding_of_event);
-    if (options.timeline) a.timeline = step_timeline(trace, model, finding_of_event);
-    a.critical_path = critical_path(trace, model);
-    what_if(trace, model, a.critical_path, finding_of_event, a.findings);
+    a.findings = find_fusions(trace, links, rules, options, profiler_us, &finding_of_event);
+    if (options.timeline) a.timeline = step_timeline(trace, links, finding_of_event);
+    a.critical_path = critical_path(trace, links);
+    what_if(trace, links, a.critical_path, finding_of_event, a.findings);
     a.critical_path.on_path = {};
   } catch (...) {
     tables.join();

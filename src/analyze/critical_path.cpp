@@ -16,7 +16,7 @@
 namespace opfuse::analyze {
 namespace {
 
-using trace::Model;
+using trace::Links;
 using trace::Trace;
 
 constexpr double kEps = 0.5;       // µs: ends and starts this close count as one moment
@@ -30,7 +30,7 @@ struct Lane {
 
 class Walk {
  public:
-  Walk(const Trace& t, const Model& m) : t_(t), m_(m), on_path_(t.events.size(), 0) {
+  Walk(const Trace& t, const Links& m) : t_(t), m_(m), on_path_(t.events.size(), 0) {
     for (const auto& ops : m.threads) add_lane(ops, false);
     for (const auto& lane : m.device_lanes) add_lane(lane, true);
     for (size_t l = 0; l < lanes_.size(); ++l)
@@ -174,7 +174,7 @@ class Walk {
   }
 
   const Trace& t_;
-  const Model& m_;
+  const Links& m_;
   std::vector<Lane> lanes_;  // host threads first (as m.threads), then device streams (as m.device_lanes)
   std::map<std::pair<int64_t, int64_t>, size_t> thread_of_;
   std::map<int32_t, int32_t> sync_in_;  // top-level host op → the synchronize call in it
@@ -183,9 +183,9 @@ class Walk {
 
 }  // namespace
 
-CriticalPath critical_path(const Trace& t, const Model& m) { return Walk(t, m).run(); }
+CriticalPath critical_path(const Trace& t, const Links& m) { return Walk(t, m).run(); }
 
-void what_if(const Trace& t, const Model& m, const CriticalPath& path, const std::vector<int32_t>& finding_of_event,
+void what_if(const Trace& t, const Links& m, const CriticalPath& path, const std::vector<int32_t>& finding_of_event,
              std::vector<Finding>& findings) {
   if (path.on_path.empty() || findings.empty()) return;
   std::vector<double> whole(findings.size(), 0), on(findings.size(), 0);

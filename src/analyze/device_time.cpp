@@ -15,7 +15,7 @@ namespace opfuse::analyze {
 namespace {
 
 using trace::Event;
-using trace::Model;
+using trace::Links;
 using trace::Trace;
 
 enum class Work : uint8_t { compute, communication, memory };
@@ -78,7 +78,7 @@ struct StepFilter {
   double last_start = 0;
   int64_t steps = 0;  // steps in the window
 
-  StepFilter(const Trace& t, const Model& m, std::vector<double> starts) {
+  StepFilter(const Trace& t, const Links& m, std::vector<double> starts) {
     if (starts.empty())
       for (int32_t s : m.steps) starts.push_back(t.events[s].ts);  // in time order
     steps = static_cast<int64_t>(starts.size());
@@ -90,7 +90,7 @@ struct StepFilter {
 
   // A device event with a correlation id is launched by the runtime call with that id (absent:
   // not kept, as HTA's join drops it); one without (Ascend tasks) by the op it was linked to.
-  bool keeps(const Trace& t, const Model& m, int32_t event, int32_t launch_call) const {
+  bool keeps(const Trace& t, const Links& m, int32_t event, int32_t launch_call) const {
     if (!active) return true;
     const int32_t by = t.events[event].correlation >= 0 ? launch_call : m.launcher[event];
     return by >= 0 && t.events[by].ts < last_start;
@@ -101,7 +101,7 @@ struct StepFilter {
 // streams, each already sorted), so the unions need no copy of the intervals.
 struct DeviceWalk {
   const Trace& t;
-  const Model& m;
+  const Links& m;
   const WorkOf& work_of;
   const StepFilter& filter;
   DeviceTime time;
@@ -185,7 +185,7 @@ struct DeviceWalk {
 };
 
 // The summary lanes' time by slice name, in the order the names first appear.
-void add_overlap_analysis(const Trace& t, const Model& m, DeviceTime& d) {
+void add_overlap_analysis(const Trace& t, const Links& m, DeviceTime& d) {
   std::vector<uint32_t> names;  // a handful: a linear search is enough
   double first = std::numeric_limits<double>::infinity(), last = -first;
   for (const auto& lane : m.summary_lanes)
@@ -204,7 +204,7 @@ void add_overlap_analysis(const Trace& t, const Model& m, DeviceTime& d) {
 
 }  // namespace
 
-std::vector<DeviceTime> device_time(const Trace& t, const Model& m, const std::vector<double>& inferred_step_starts) {
+std::vector<DeviceTime> device_time(const Trace& t, const Links& m, const std::vector<double>& inferred_step_starts) {
   if (m.device_lanes.empty()) return {};  // a CPU trace: not even a pass over its strings
   const WorkOf work_of(t);
   const StepFilter filter(t, m, inferred_step_starts);

@@ -22,7 +22,7 @@ namespace {
 
 using trace::Event;
 using trace::Kind;
-using trace::Model;
+using trace::Links;
 using trace::Trace;
 
 using Shape = std::vector<int64_t>;
@@ -127,7 +127,7 @@ struct Match {
 
 struct Finder {
   const Trace& t;
-  const Model& m;
+  const Links& m;
   const Options& o;
   std::vector<std::string> names;      // per string id, normalised (op names only)
   std::vector<uint32_t> name_of_op;    // per event: its name's id if it is an op, else 0; compact,
@@ -156,7 +156,7 @@ struct Finder {
   std::vector<char> claimed;
   std::map<std::pair<std::string, std::string>, double> measured;
 
-  Finder(const Trace& trace, const Model& model, const Options& options, double profiler_us_per_event)
+  Finder(const Trace& trace, const Links& model, const Options& options, double profiler_us_per_event)
       : t(trace), m(model), o(options), names(trace.strings.size()), shapes_by_dims(trace.strings.size(), -1),
         claimed(trace.events.size(), 0) {
     std::vector<char> done(t.strings.size(), 0);
@@ -644,7 +644,7 @@ void mark_matches(const std::vector<const std::vector<Match>*>& lists, const std
 
 }  // namespace
 
-std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const std::vector<Rule>& rules,
+std::vector<Finding> find_fusions(const Trace& trace, const Links& model, const std::vector<Rule>& rules,
                                   const Options& options, double profiler_us_per_event,
                                   std::vector<int32_t>* finding_of_event) {
   Finder finder(trace, model, options, profiler_us_per_event);
@@ -724,7 +724,7 @@ std::vector<Finding> find_fusions(const Trace& trace, const Model& model, const 
   return sorted;
 }
 
-double profiler_cost(const Trace& t, const Model& m) {
+double profiler_cost(const Trace& t, const Links& m) {
   if (t.plain_step_us <= 0 || m.steps.empty()) return 0;
   std::vector<double> steps;
   for (int32_t i : m.steps) steps.push_back(t.events[i].dur);
@@ -740,7 +740,7 @@ double profiler_cost(const Trace& t, const Model& m) {
   return per_step > 0 && step > t.plain_step_us ? (step - t.plain_step_us) / per_step : 0;
 }
 
-std::vector<double> profiled_cost_inside(const Trace& t, const Model& m, double each) {
+std::vector<double> profiled_cost_inside(const Trace& t, const Links& m, double each) {
   std::vector<double> cost(t.events.size(), 0);
   for (size_t i = 0; i < t.events.size(); ++i)
     if (m.kind[i] == Kind::op)

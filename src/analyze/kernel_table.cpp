@@ -5,7 +5,7 @@
 
 namespace opfuse::analyze {
 
-std::vector<KernelStat> kernel_table(const trace::Trace& t, const trace::Model& m) {
+std::vector<KernelStat> kernel_table(const trace::Trace& t, const trace::Links& m) {
   std::vector<int32_t> row(m.device_lanes.empty() ? 0 : t.strings.size(), -1);  // per name id
   std::vector<KernelStat> out;
   for (const auto& lane : m.device_lanes)

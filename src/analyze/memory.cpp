@@ -17,7 +17,7 @@ namespace {
 
 using trace::Allocation;
 using trace::Kind;
-using trace::Model;
+using trace::Links;
 using trace::Trace;
 
 // c10::DeviceType's numbers for the devices a profile meets.
@@ -34,7 +34,7 @@ std::string device_name(int64_t type, int64_t id) {
 // order, searched as the model nests them.
 class SliceFinder {
  public:
-  SliceFinder(const Trace& t, const Model& m) : t_(t), m_(m) {
+  SliceFinder(const Trace& t, const Links& m) : t_(t), m_(m) {
     for (size_t i = 0; i < t.events.size(); ++i) {
       const Kind k = m.kind[i];
       if (k == Kind::op || k == Kind::annotation || k == Kind::step)
@@ -60,7 +60,7 @@ class SliceFinder {
 
  private:
   const Trace& t_;
-  const Model& m_;
+  const Links& m_;
   std::map<std::pair<int64_t, int64_t>, std::vector<int32_t>> lanes_;
 };
 
@@ -79,7 +79,7 @@ bool is_scope_of_step(const std::string& name) {
 
 class Charger {
  public:
-  Charger(const Trace& t, const Model& m) : t_(t), m_(m), slices_(t, m) {}
+  Charger(const Trace& t, const Links& m) : t_(t), m_(m), slices_(t, m) {}
 
   Owner of(const Allocation& a) const {
     const int32_t slice = slices_.at(a.pid, a.tid, a.ts);
@@ -135,7 +135,7 @@ class Charger {
 
  private:
   const Trace& t_;
-  const Model& m_;
+  const Links& m_;
   SliceFinder slices_;
 };
 
@@ -233,7 +233,7 @@ MemoryTime one_device(const Trace& t, const Charger& charge, std::vector<const A
 
 }  // namespace
 
-std::vector<MemoryTime> memory_time(const Trace& t, const Model& m) {
+std::vector<MemoryTime> memory_time(const Trace& t, const Links& m) {
   if (t.memory.empty()) return {};
   std::map<std::pair<int64_t, int64_t>, std::vector<const Allocation*>> by_device;
   for (const Allocation& a : t.memory) by_device[{a.device_type, a.device_id}].push_back(&a);

@@ -12,7 +12,7 @@ namespace {
 using trace::Kind;
 
 // Inclusive and self time per annotation name; self leaves out the annotations nested in it.
-std::vector<ModuleTime> from_scopes(const trace::Trace& t, const trace::Model& m) {
+std::vector<ModuleTime> from_scopes(const trace::Trace& t, const trace::Links& m) {
   std::unordered_map<int32_t, double> nested;  // per annotation: time of the annotations directly in it
   for (size_t i = 0; i < t.events.size(); ++i)
     if (m.kind[i] == Kind::annotation && m.annotation[i] >= 0) nested[m.annotation[i]] += t.events[i].dur;
@@ -33,7 +33,7 @@ std::vector<ModuleTime> from_scopes(const trace::Trace& t, const trace::Model& m
 
 // Per "Module Hierarchy" string: the ops whose parent op is in another module (or none), so an
 // op's children are not counted twice. `calls` counts those outermost ops.
-std::vector<ModuleTime> from_hierarchy(const trace::Trace& t, const trace::Model& m) {
+std::vector<ModuleTime> from_hierarchy(const trace::Trace& t, const trace::Links& m) {
   std::vector<int32_t> row(t.strings.size(), -1);
   std::vector<ModuleTime> out;
   for (size_t i = 0; i < t.events.size(); ++i) {
@@ -52,7 +52,7 @@ std::vector<ModuleTime> from_hierarchy(const trace::Trace& t, const trace::Model
 
 }  // namespace
 
-std::vector<ModuleTime> module_time(const trace::Trace& t, const trace::Model& m) {
+std::vector<ModuleTime> module_time(const trace::Trace& t, const trace::Links& m) {
   const bool scopes = std::find(m.kind.begin(), m.kind.end(), Kind::annotation) != m.kind.end();
   std::vector<ModuleTime> out = scopes ? from_scopes(t, m) : from_hierarchy(t, m);
   std::stable_sort(out.begin(), out.end(), [](const ModuleTime& a, const ModuleTime& b) { return a.total_us > b.total_us; });

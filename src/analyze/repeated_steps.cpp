@@ -9,7 +9,7 @@
 namespace opfuse::analyze {
 namespace {
 
-using trace::Model;
+using trace::Links;
 using trace::Trace;
 
 // A step is nearly another when this share of its ops (as a multiset of names, over the longer
@@ -47,7 +47,7 @@ size_t smallest_period(const std::vector<uint32_t>& s) {
 }
 
 // Exact repeats on the thread with the most top-level ops.
-RepeatedSteps exact_repeats(const Trace& t, const Model& m) {
+RepeatedSteps exact_repeats(const Trace& t, const Links& m) {
   const std::vector<int32_t>* main = nullptr;
   for (const auto& ops : m.threads)
     if (main == nullptr || ops.size() > main->size()) main = &ops;
@@ -80,7 +80,7 @@ double shared(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
 // split the thread that runs them into steps, each ending with one. Taken when every step between
 // two of them is nearly the median one; the ops before the first count as a step only when they
 // are nearly one too (a trace that starts mid-step has less).
-RepeatedSteps optimizer_steps(const Trace& t, const Model& m) {
+RepeatedSteps optimizer_steps(const Trace& t, const Links& m) {
   const std::vector<int32_t>* thread = nullptr;
   std::vector<size_t> ends;  // indices of its optimizer steps
   for (const auto& ops : m.threads) {
@@ -122,7 +122,7 @@ RepeatedSteps optimizer_steps(const Trace& t, const Model& m) {
 
 }  // namespace
 
-RepeatedSteps repeated_steps(const Trace& t, const Model& m) {
+RepeatedSteps repeated_steps(const Trace& t, const Links& m) {
   const RepeatedSteps exact = exact_repeats(t, m);
   return exact.steps > 0 ? exact : optimizer_steps(t, m);
 }

@@ -21,6 +21,6 @@ struct RepeatedSteps {
 //  - the thread that runs Optimizer.step ops, split after each, gives steps that nearly repeat
 //    (80% of their ops in common with the median step), as real loops do.
 // Anything less clear gives no steps.
-RepeatedSteps repeated_steps(const trace::Trace& trace, const trace::Model& model);
+RepeatedSteps repeated_steps(const trace::Trace& trace, const trace::Links& links);
 
 }  // namespace opfuse::analyze

@@ -16,7 +16,7 @@ namespace {
 
 using trace::Event;
 using trace::Kind;
-using trace::Model;
+using trace::Links;
 using trace::Trace;
 
 constexpr double kSlack = 0.01;  // µs: rounding must not push a slice onto a row of its own
@@ -27,7 +27,7 @@ struct Window {
 };
 
 // The last step is left out when there are others: it is usually cut short (HTA's convention).
-Window median_step(const Trace& t, const Model& m) {
+Window median_step(const Trace& t, const Links& m) {
   std::vector<int32_t> by_length(m.steps.begin(), m.steps.end() - (m.steps.size() > 1 ? 1 : 0));
   std::stable_sort(by_length.begin(), by_length.end(), [&](int32_t a, int32_t b) { return t.events[a].dur < t.events[b].dur; });
   const Event& s = t.events[by_length[(by_length.size() - 1) / 2]];
@@ -63,7 +63,7 @@ std::string lane_name(const Trace& t, int64_t pid, int64_t tid, bool device) {
 }
 
 // The slices enclosing a host slice on its thread: its row below the lane's top.
-int32_t depth(const Model& m, int32_t i) {
+int32_t depth(const Links& m, int32_t i) {
   int32_t d = 0;
   for (int32_t p = m.parent[i]; p >= 0; p = m.parent[p]) ++d;
   return d;
@@ -71,9 +71,9 @@ int32_t depth(const Model& m, int32_t i) {
 
 // What a slice is shown as part of: device work is its launching op's; a host slice is its own
 // or its nearest enclosing op's (the aten::empty inside a matched sigmoid belongs to the chain).
-int32_t owner(const Model& m, int32_t i) { return m.kind[i] == Kind::device ? m.launcher[i] : i; }
+int32_t owner(const Links& m, int32_t i) { return m.kind[i] == Kind::device ? m.launcher[i] : i; }
 
-int32_t finding_of(const Model& m, const std::vector<int32_t>& marks, int32_t i) {
+int32_t finding_of(const Links& m, const std::vector<int32_t>& marks, int32_t i) {
   if (marks.empty()) return -1;
   for (int32_t x = owner(m, i); x >= 0; x = m.op_parent[x])
     if (marks[x] >= 0) return marks[x];
@@ -81,7 +81,7 @@ int32_t finding_of(const Model& m, const std::vector<int32_t>& marks, int32_t i)
 }
 
 // "Module Hierarchy" of the slice or an enclosing op, else the enclosing module scope. A string id, or 0.
-uint32_t module_of(const Trace& t, const Model& m, int32_t i) {
+uint32_t module_of(const Trace& t, const Links& m, int32_t i) {
   const int32_t x = owner(m, i);
   if (x < 0) return 0;
   for (int32_t y = x; y >= 0; y = m.op_parent[y])
@@ -91,7 +91,7 @@ uint32_t module_of(const Trace& t, const Model& m, int32_t i) {
 
 struct Builder {
   const Trace& t;
-  const Model& m;
+  const Links& m;
   const std::vector<int32_t>& marks;
   Timeline out;
   std::vector<int32_t> events;       // per slice in out.slices: its event
@@ -190,7 +190,7 @@ struct Builder {
 
 }  // namespace
 
-Timeline step_timeline(const Trace& t, const Model& m, const std::vector<int32_t>& finding_of_event) {
+Timeline step_timeline(const Trace& t, const Links& m, const std::vector<int32_t>& finding_of_event) {
   Builder b{t, m, finding_of_event, {}, {}, {}};
   Window w = m.steps.empty() ? whole_trace(t) : median_step(t, m);
   b.out.step = w.step;

@@ -19,7 +19,7 @@
 #include "opfuse/measure.h"
 #include "opfuse/op_spec.h"
 #include "opfuse/stats.h"
-#include "ops/cpu/capability.h"
+#include "opfuse/ops.h"
 
 namespace opfuse::bench {
 namespace {
@@ -166,7 +166,7 @@ OpBenchResult bench_op(const OpBenchOptions& options) {
   OpBenchResult result;
   result.op = options.op;
   result.shape = c.shape.empty() ? shape_string(c.leaves[0].sizes()) : c.shape;
-  result.capability = cpu::capability_name(cpu::cpu_capability());
+  result.capability = cpu_kernel_path();
   result.timed = c.variants[0].step ? "one optimizer step" : "forward+backward";
   // elements of the op's first input, or of all the parameters a step updates
   result.numel = c.leaves[0].numel();

@@ -7,8 +7,8 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "opfuse/efficientnet.h"
 #include "opfuse/report.h"
+#include "opfuse/rewrite.h"
 #include "opfuse/train.h"
 
 namespace opfuse::cli {
@@ -32,26 +32,17 @@ std::vector<std::string> split_commas(const std::string& text) {
   return parts;
 }
 
-// --fuse names the fusions by their rule (what analyze and tune call them); each sets the option
-// the older per-fusion flags (--swish fused, …) set, which stay as aliases.
-struct Fusion {
-  const char* rule;
-  std::string train::TrainOptions::*option;
-};
-constexpr Fusion kFusions[] = {{"silu", &train::TrainOptions::swish},
-                               {"se_gate", &train::TrainOptions::se_gate},
-                               {"batch_norm_silu", &train::TrainOptions::bn_swish},
-                               {"drop_connect_add", &train::TrainOptions::drop_connect}};
-
-void apply_fuse(const std::string& list, train::TrainOptions& o) {
+// --fuse names the fusions by their rule, as analyze and tune print them; "all" is every one.
+std::vector<std::string> fusions_to_apply(const std::string& list) {
+  std::vector<std::string> rules;
   for (const std::string& name : split_commas(list)) {
-    bool known = false;
-    for (const Fusion& f : kFusions)
-      if (name == f.rule || name == "all") o.*f.option = "fused", known = true;
-    if (!known)
-      throw std::invalid_argument(fmt::format(
-          "--fuse {}: unknown fusion (silu, se_gate, batch_norm_silu, drop_connect_add, or all)", name));
+    if (name != train::kAllFusions) {
+      rules.push_back(name);
+      continue;
+    }
+    for (const auto& f : rewrite::efficientnet_fusions()) rules.push_back(f.rule);
   }
+  return rules;
 }
 
 int run_train(TrainArgs& a) {
@@ -99,14 +90,8 @@ Run add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a built-in model and report images/s");
   cmd->add_option("--model", o.model, "efficientnet-b0 … efficientnet-b7")->capture_default_str();
   cmd->add_option("--fuse", a->fuse,
-                  "fusions to train with, by rule name: silu,se_gate,batch_norm_silu,drop_connect_add or all "
-                  "(the same as --swish fused --se-gate fused --bn-swish fused --drop-connect fused)");
-  cmd->add_option("--swish", o.swish, "memory-efficient | composite | aten | fused")->capture_default_str();
-  cmd->add_option("--se-gate", o.se_gate, "squeeze-excitation tail: composite | fused")->capture_default_str();
-  cmd->add_option("--bn-swish", o.bn_swish, "BatchNorm + Swish: composite | fused (opfuse::batch_norm_silu)")
-      ->capture_default_str();
-  cmd->add_option("--drop-connect", o.drop_connect,
-                  "drop connect + residual add: composite | fused (opfuse::drop_connect_add)")
+                  "fusions to train with, by rule name: silu,se_gate,batch_norm_silu,drop_connect_add or all");
+  cmd->add_option("--swish", o.swish, "how the model spells Swish: memory-efficient | composite | aten")
       ->capture_default_str();
   cmd->add_option("--image-size", o.image_size, "input resolution (default: the model's own)");
   cmd->add_option("--batch-size", o.batch_size, "images per step")->capture_default_str();
@@ -122,9 +107,8 @@ Run add_train(CLI::App& app) {
   cmd->add_option("--data", o.data, "image folder, one subfolder per class (default: synthetic data)");
   cmd->add_option("--print-freq", a->print_freq, "print every N steps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--compare", a->compare,
-                  "alternate these variants in one run, e.g. memory-efficient,aten,fused,opfuse-all (first is the "
-                  "baseline): a Swish kind, or opfuse-all for every opfuse fusion (Swish, SE gate, BatchNorm + "
-                  "Swish, drop connect)");
+                  "alternate these variants in one run, e.g. memory-efficient,aten,silu,all (first is the "
+                  "baseline): a Swish spelling, a fusion added to --fuse, or all for every fusion");
   cmd->add_flag("--profile-overhead", a->profile_overhead,
                 "benchmark: alternate plain and profiled steps, report the profiler's cost");
   cmd->add_option("--rounds", a->rounds, "rounds for --compare and --profile-overhead")->capture_default_str();
@@ -135,14 +119,14 @@ Run add_train(CLI::App& app) {
 
   return [cmd, a]() {
     if (!cmd->parsed()) return -1;
-    apply_fuse(a->fuse, a->options);
+    a->options.fuse = fusions_to_apply(a->fuse);
     for (const std::string* out : {&a->json, &a->options.profile})
       if (!out->empty()) report::check_output_path(*out, a->force);
     if (a->profile_overhead) {
       const train::OverheadResult r = train::profiler_overhead(a->options, a->rounds);
       std::printf("plain step     %.1f ms (median)\nprofiled step  %.1f ms (median, %zu events per step)\n"
                   "overhead       %s (paired rounds)\n%s",
-                  r.plain_ms, r.profiled_ms, r.events_per_step, report::format_gain(r.overhead, r.overhead_ci).c_str(),
+                  r.plain_ms, r.profiled_ms, r.events_per_step, measure::format_gain(r.overhead, r.overhead_ci).c_str(),
                   report::format_machine(r.machine).c_str());
       return 0;
     }

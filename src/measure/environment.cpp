@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "opfuse/measure.h"
-#include "ops/cpu/capability.h"
+#include "opfuse/ops.h"
 
 namespace opfuse::measure {
 namespace {
@@ -50,7 +50,7 @@ Environment environment(int processes) {
   Environment e;
   e.threads = at::get_num_threads();
   e.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  e.cpu_capability = cpu::capability_name(cpu::cpu_capability());
+  e.cpu_capability = cpu_kernel_path();
   e.torch = TORCH_VERSION;
   const std::string path = blas_path();
   e.blas = describe_blas(path);

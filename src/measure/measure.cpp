@@ -241,4 +241,13 @@ Measurement interleave(const std::vector<Run>& variants, const Options& o,
   return m;
 }
 
+std::string format_interval(const measure::Interval& i, const char* spec) {
+  auto bound = [spec](double x) { return std::isfinite(x) ? fmt::format(fmt::runtime(spec), x) : std::string("?"); };
+  return fmt::format("[{}, {}]", bound(i.lo), bound(i.hi));
+}
+
+std::string format_gain(double gain, const measure::Interval& ci) {
+  return fmt::format("{:+.1f}% {}", 100 * gain, format_interval({100 * ci.lo, 100 * ci.hi}, "{:+.1f}%"));
+}
+
 }  // namespace opfuse::measure

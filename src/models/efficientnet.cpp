@@ -10,9 +10,8 @@
 #include <regex>
 #include <stdexcept>
 
-#include "opfuse/models.h"
-#include "opfuse/ops.h"
 #include "opfuse/profile.h"
+#include "opfuse/reference_ops.h"
 
 namespace opfuse::models {
 namespace {
@@ -36,53 +35,9 @@ torch::nn::BatchNorm2d batch_norm(int channels, const GlobalParams& p) {
 
 }  // namespace
 
-const std::vector<std::string>& swish_kind_names() {
-  static const std::vector<std::string> names{"memory-efficient", "composite", "aten", "fused"};
+const std::vector<std::string>& swish_spellings() {
+  static const std::vector<std::string> names{"memory-efficient", "composite", "aten"};
   return names;
-}
-
-SwishKind parse_swish_kind(const std::string& name) {
-  const auto& names = swish_kind_names();
-  for (size_t i = 0; i < names.size(); ++i)
-    if (names[i] == name) return static_cast<SwishKind>(i);
-  throw std::invalid_argument(fmt::format("unknown swish '{}' (expected {})", name, fmt::join(names, ", ")));
-}
-
-std::string to_string(SwishKind kind) { return swish_kind_names()[static_cast<size_t>(kind)]; }
-
-namespace {
-
-// The composite-or-fused switches share one spelling.
-bool parse_fused(const std::string& name, const char* what) {
-  if (name == "fused") return true;
-  if (name == "composite") return false;
-  throw std::invalid_argument(fmt::format("unknown {} '{}' (expected composite or fused)", what, name));
-}
-
-}  // namespace
-
-SeGateKind parse_se_gate_kind(const std::string& name) {
-  return parse_fused(name, "se-gate") ? SeGateKind::fused : SeGateKind::composite;
-}
-
-BatchNormSiluKind parse_batch_norm_silu_kind(const std::string& name) {
-  return parse_fused(name, "bn-swish") ? BatchNormSiluKind::fused : BatchNormSiluKind::composite;
-}
-
-DropConnectKind parse_drop_connect_kind(const std::string& name) {
-  return parse_fused(name, "drop-connect") ? DropConnectKind::fused : DropConnectKind::composite;
-}
-
-at::Tensor fused_batch_norm_silu(torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x) {
-  const auto& o = bn.options;
-  double momentum = o.momentum().value_or(0.0);
-  if (bn.is_training() && o.track_running_stats() && bn.num_batches_tracked.defined()) {
-    bn.num_batches_tracked += 1;
-    if (!o.momentum().has_value()) momentum = 1.0 / bn.num_batches_tracked.item<double>();  // cumulative average
-  }
-  const bool batch_statistics = bn.is_training() || !o.track_running_stats();
-  return opfuse::batch_norm_silu(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, batch_statistics, momentum,
-                                 o.eps());
 }
 
 BlockArgs decode_block_string(const std::string& block) {
@@ -172,33 +127,16 @@ at::Tensor Conv2dStaticSamePaddingImpl::forward(const at::Tensor& x) {
                        at::IntArrayRef{1, 1}, groups_);
 }
 
-at::Tensor SwishImpl::forward(const at::Tensor& x) {
-  switch (kind) {
-    case SwishKind::memory_efficient: return memory_efficient_swish(x);
-    case SwishKind::composite: return composite_swish(x);
-    case SwishKind::aten: return torch::silu(x);
-    case SwishKind::fused: return opfuse::silu(x);
-  }
-  return x;
+SwishImpl::SwishImpl(std::string spelling_) : spelling(std::move(spelling_)) {
+  const auto& names = swish_spellings();
+  if (std::find(names.begin(), names.end(), spelling) == names.end())
+    throw std::invalid_argument(fmt::format("unknown swish '{}' (expected {})", spelling, fmt::join(names, ", ")));
 }
 
-MBConvBlockImpl::MBConvBlockImpl(const BlockArgs& a, const GlobalParams& p, int image_size) : args(a) {
-  const int inp = a.input_filters, oup = a.input_filters * a.expand_ratio;
-  if (a.expand_ratio != 1) {
-    _expand_conv = register_module("_expand_conv", Conv2dStaticSamePadding(inp, oup, 1, 1, 1, false, image_size));
-    _bn0 = register_module("_bn0", batch_norm(oup, p));
-  }
-  _depthwise_conv = register_module(
-      "_depthwise_conv", Conv2dStaticSamePadding(oup, oup, a.kernel_size, a.stride, oup, false, image_size));
-  _bn1 = register_module("_bn1", batch_norm(oup, p));
-  if (a.se_ratio > 0 && a.se_ratio <= 1) {
-    const int squeezed = std::max(1, static_cast<int>(a.input_filters * a.se_ratio));
-    _se_reduce = register_module("_se_reduce", Conv2dStaticSamePadding(oup, squeezed, 1, 1, 1, true, 1));
-    _se_expand = register_module("_se_expand", Conv2dStaticSamePadding(squeezed, oup, 1, 1, 1, true, 1));
-  }
-  _project_conv = register_module("_project_conv", Conv2dStaticSamePadding(oup, a.output_filters, 1, 1, 1, false, image_size));
-  _bn2 = register_module("_bn2", batch_norm(a.output_filters, p));
-  _swish = register_module("_swish", Swish());
+at::Tensor SwishImpl::forward(const at::Tensor& x) {
+  if (spelling == "composite") return reference::composite_swish(x);
+  if (spelling == "aten") return torch::silu(x);
+  return reference::memory_efficient_swish(x);
 }
 
 // Each submodule call runs inside a profiler scope named by its path (free when no profiler runs).
@@ -208,9 +146,53 @@ at::Tensor in_scope(const std::string& name, F&& f) {
   return f();
 }
 
-void MBConvBlockImpl::set_path(const std::string& path) {
-  scope = {path, path + "._expand_conv", path + "._bn0", path + "._depthwise_conv", path + "._bn1",
-           path + ".squeeze_excitation", path + "._swish", path + "._project_conv", path + "._bn2"};
+BatchNormSwishImpl::BatchNormSwishImpl(torch::nn::BatchNorm2d* bn_, Swish* swish_, std::string bn_scope_,
+                                       std::string swish_scope_)
+    : bn(bn_), swish(swish_), bn_scope(std::move(bn_scope_)), swish_scope(std::move(swish_scope_)) {}
+
+at::Tensor BatchNormSwishImpl::forward(const at::Tensor& x) {
+  const at::Tensor y = in_scope(bn_scope, [&] { return (*bn)->forward(x); });
+  return in_scope(swish_scope, [&] { return (*swish)->forward(y); });
+}
+
+at::Tensor SqueezeExcitationGateImpl::forward(const at::Tensor& x, const at::Tensor& gate) {
+  return reference::composite_se_gate(x, gate);
+}
+
+at::Tensor DropConnectAddImpl::forward(const at::Tensor& x, const at::Tensor& inputs, double drop_connect_rate) {
+  if (drop_connect_rate == 0) return x + inputs;
+  return reference_drop_connect(x, drop_connect_rate, is_training()) + inputs;
+}
+
+MBConvBlockImpl::MBConvBlockImpl(const BlockArgs& a, const GlobalParams& p, int image_size, const std::string& swish,
+                                 const std::string& path)
+    : args(a),
+      scope{path, path + "._expand_conv", path + "._depthwise_conv", path + ".squeeze_excitation",
+            path + "._swish", path + "._project_conv", path + "._bn2"} {
+  const int inp = a.input_filters, oup = a.input_filters * a.expand_ratio;
+  if (a.expand_ratio != 1) {
+    _expand_conv = register_module("_expand_conv", Conv2dStaticSamePadding(inp, oup, 1, 1, 1, false, image_size));
+    _bn0 = register_module("_bn0", batch_norm(oup, p));
+    _bn0_swish = register_module("_bn0_swish", BatchNormSwish(&_bn0, &_swish, path + "._bn0", scope.swish));
+  }
+  _depthwise_conv = register_module(
+      "_depthwise_conv", Conv2dStaticSamePadding(oup, oup, a.kernel_size, a.stride, oup, false, image_size));
+  _bn1 = register_module("_bn1", batch_norm(oup, p));
+  _bn1_swish = register_module("_bn1_swish", BatchNormSwish(&_bn1, &_swish, path + "._bn1", scope.swish));
+  if (a.se_ratio > 0 && a.se_ratio <= 1) {
+    const int squeezed = std::max(1, static_cast<int>(a.input_filters * a.se_ratio));
+    _se_reduce = register_module("_se_reduce", Conv2dStaticSamePadding(oup, squeezed, 1, 1, 1, true, 1));
+    _se_expand = register_module("_se_expand", Conv2dStaticSamePadding(squeezed, oup, 1, 1, 1, true, 1));
+    _se_gate = register_module("_se_gate", SqueezeExcitationGate());
+  }
+  _project_conv = register_module("_project_conv", Conv2dStaticSamePadding(oup, a.output_filters, 1, 1, 1, false, image_size));
+  _bn2 = register_module("_bn2", batch_norm(a.output_filters, p));
+  _swish = register_module("_swish", Swish(swish));
+  if (has_residual()) _drop_connect_add = register_module("_drop_connect_add", DropConnectAdd());
+}
+
+bool MBConvBlockImpl::has_residual() const {
+  return args.id_skip && args.stride == 1 && args.input_filters == args.output_filters;
 }
 
 at::Tensor MBConvBlockImpl::squeeze_excite(const at::Tensor& x) {
@@ -219,15 +201,7 @@ at::Tensor MBConvBlockImpl::squeeze_excite(const at::Tensor& x) {
   squeezed = _se_reduce->forward(squeezed);
   squeezed = in_scope(scope.swish, [&] { return _swish->forward(squeezed); });
   squeezed = _se_expand->forward(squeezed);
-  return se_gate == SeGateKind::fused ? opfuse::se_gate(x, squeezed) : composite_se_gate(x, squeezed);
-}
-
-// The fused op runs in the BatchNorm's scope: a trace shows opfuse::batch_norm_silu where
-// the BatchNorm and the Swish after it were.
-at::Tensor MBConvBlockImpl::bn_swish(torch::nn::BatchNorm2d& bn, const std::string& bn_scope, const at::Tensor& x) {
-  if (bn_silu == BatchNormSiluKind::fused) return in_scope(bn_scope, [&] { return fused_batch_norm_silu(*bn, x); });
-  const at::Tensor y = in_scope(bn_scope, [&] { return bn->forward(x); });
-  return in_scope(scope.swish, [&] { return _swish->forward(y); });
+  return _se_gate->forward(x, squeezed);
 }
 
 at::Tensor MBConvBlockImpl::forward(const at::Tensor& inputs, double drop_connect_rate) {
@@ -235,22 +209,18 @@ at::Tensor MBConvBlockImpl::forward(const at::Tensor& inputs, double drop_connec
   at::Tensor x = inputs;
   if (_expand_conv) {
     x = in_scope(scope.expand_conv, [&] { return _expand_conv->forward(x); });
-    x = bn_swish(_bn0, scope.bn0, x);
+    x = _bn0_swish->forward(x);
   }
   x = in_scope(scope.depthwise_conv, [&] { return _depthwise_conv->forward(x); });
-  x = bn_swish(_bn1, scope.bn1, x);
+  x = _bn1_swish->forward(x);
   if (_se_reduce) x = squeeze_excite(x);
   x = in_scope(scope.project_conv, [&] { return _project_conv->forward(x); });
   x = in_scope(scope.bn2, [&] { return _bn2->forward(x); });
-  if (args.id_skip && args.stride == 1 && args.input_filters == args.output_filters) {
-    if (drop_connect == DropConnectKind::fused) return opfuse::drop_connect_add(x, inputs, drop_connect_rate, is_training());
-    if (drop_connect_rate > 0) x = reference_drop_connect(x, drop_connect_rate, is_training());
-    x = x + inputs;
-  }
-  return x;
+  return _drop_connect_add ? _drop_connect_add->forward(x, inputs, drop_connect_rate) : x;
 }
 
-EfficientNetImpl::EfficientNetImpl(const std::vector<BlockArgs>& blocks, const GlobalParams& p) : params(p) {
+EfficientNetImpl::EfficientNetImpl(const std::vector<BlockArgs>& blocks, const GlobalParams& p, const std::string& swish)
+    : params(p) {
   int image_size = p.image_size;
   const int stem_out = round_filters(32, p);
   _conv_stem = register_module("_conv_stem", Conv2dStaticSamePadding(3, stem_out, 3, 2, 1, false, image_size));
@@ -262,14 +232,12 @@ EfficientNetImpl::EfficientNetImpl(const std::vector<BlockArgs>& blocks, const G
     a.input_filters = round_filters(a.input_filters, p);
     a.output_filters = round_filters(a.output_filters, p);
     a.num_repeat = round_repeats(a.num_repeat, p);
-    _blocks->push_back(MBConvBlock(a, p, image_size));
-    image_size = output_image_size(image_size, a.stride);
-    a.input_filters = a.output_filters;
-    a.stride = 1;
-    for (int r = 1; r < a.num_repeat; ++r) _blocks->push_back(MBConvBlock(a, p, image_size));
-  }
-  for (size_t i = 0; i < _blocks->size(); ++i) {
-    _blocks[i]->as<MBConvBlock>()->set_path("_blocks." + std::to_string(i));
+    for (int r = 0; r < a.num_repeat; ++r) {
+      _blocks->push_back(MBConvBlock(a, p, image_size, swish, "_blocks." + std::to_string(_blocks->size())));
+      if (r == 0) image_size = output_image_size(image_size, a.stride);
+      a.input_filters = a.output_filters;
+      a.stride = 1;
+    }
   }
 
   const int head_in = blocks.empty() ? stem_out : round_filters(blocks.back().output_filters, p);
@@ -278,46 +246,29 @@ EfficientNetImpl::EfficientNetImpl(const std::vector<BlockArgs>& blocks, const G
   _bn1 = register_module("_bn1", batch_norm(head_out, p));
   _dropout = register_module("_dropout", torch::nn::Dropout(p.dropout_rate));
   _fc = register_module("_fc", torch::nn::Linear(head_out, p.num_classes));
-  _swish = register_module("_swish", Swish());
-}
-
-at::Tensor EfficientNetImpl::stem_or_head_bn_swish(torch::nn::BatchNorm2d& bn, const char* bn_scope,
-                                                   const at::Tensor& x) {
-  if (bn_silu == BatchNormSiluKind::fused) return in_scope(bn_scope, [&] { return fused_batch_norm_silu(*bn, x); });
-  const at::Tensor y = in_scope(bn_scope, [&] { return bn->forward(x); });
-  return in_scope("_swish", [&] { return _swish->forward(y); });
+  _swish = register_module("_swish", Swish(swish));
+  _bn0_swish = register_module("_bn0_swish", BatchNormSwish(&_bn0, &_swish, "_bn0", "_swish"));
+  _bn1_swish = register_module("_bn1_swish", BatchNormSwish(&_bn1, &_swish, "_bn1", "_swish"));
 }
 
 at::Tensor EfficientNetImpl::forward(const at::Tensor& input) {
   at::Tensor x = in_scope("_conv_stem", [&] { return _conv_stem->forward(input); });
-  x = stem_or_head_bn_swish(_bn0, "_bn0", x);
+  x = _bn0_swish->forward(x);
   const size_t n = _blocks->size();
   for (size_t i = 0; i < n; ++i) {
     const double rate = params.drop_connect_rate * static_cast<double>(i) / n;
     x = _blocks[i]->as<MBConvBlock>()->forward(x, rate);
   }
   x = in_scope("_conv_head", [&] { return _conv_head->forward(x); });
-  x = stem_or_head_bn_swish(_bn1, "_bn1", x);
+  x = _bn1_swish->forward(x);
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
   return in_scope("_fc", [&] { return _fc->forward(_dropout->forward(x)); });
 }
 
-void EfficientNetImpl::set_swish(SwishKind kind) {
-  for (const auto& m : modules(/*include_self=*/false))
-    if (auto* swish = m->as<Swish>()) swish->kind = kind;
-}
-
-void EfficientNetImpl::set_se_gate(SeGateKind kind) {
-  for (const auto& m : *_blocks) m->as<MBConvBlock>()->se_gate = kind;
-}
-
-void EfficientNetImpl::set_batch_norm_silu(BatchNormSiluKind kind) {
-  bn_silu = kind;
-  for (const auto& m : *_blocks) m->as<MBConvBlock>()->bn_silu = kind;
-}
-
-void EfficientNetImpl::set_drop_connect(DropConnectKind kind) {
-  for (const auto& m : *_blocks) m->as<MBConvBlock>()->drop_connect = kind;
+std::vector<MBConvBlockImpl*> EfficientNetImpl::blocks() const {
+  std::vector<MBConvBlockImpl*> out;
+  for (const auto& m : *_blocks) out.push_back(m->as<MBConvBlock>());
+  return out;
 }
 
 int64_t EfficientNetImpl::parameter_count() const {
@@ -326,12 +277,12 @@ int64_t EfficientNetImpl::parameter_count() const {
   return total;
 }
 
-EfficientNet make_efficientnet(const std::string& model_name, int num_classes, int image_size) {
+EfficientNet make_efficientnet(const std::string& model_name, int num_classes, int image_size, const std::string& swish) {
   GlobalParams p = efficientnet_params(model_name, num_classes);
   if (image_size > 0) p.image_size = image_size;
   std::vector<BlockArgs> blocks;
   for (const auto& s : efficientnet_block_strings()) blocks.push_back(decode_block_string(s));
-  return EfficientNet(blocks, p);
+  return EfficientNet(blocks, p, swish);
 }
 
 }  // namespace opfuse::models

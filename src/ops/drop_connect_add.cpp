@@ -4,6 +4,7 @@
 // drop_connect draws it (torch::rand of [N, 1, 1, 1] in x's dtype from the default
 // generator), so a torch::manual_seed gives the composite's mask; the pass over the data lives
 // in cpu/drop_connect_add_kernel.cpp. Not training, or p = 0: out = x + residual, nothing drawn.
+#include <ATen/TensorOperators.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>

@@ -12,15 +12,6 @@ nlohmann::json interval_json(const measure::Interval& i) {
   return nlohmann::json::array({bound(i.lo), bound(i.hi)});
 }
 
-std::string format_interval(const measure::Interval& i, const char* spec) {
-  auto bound = [spec](double x) { return std::isfinite(x) ? fmt::format(fmt::runtime(spec), x) : std::string("?"); };
-  return fmt::format("[{}, {}]", bound(i.lo), bound(i.hi));
-}
-
-std::string format_gain(double gain, const measure::Interval& ci) {
-  return fmt::format("{:+.1f}% {}", 100 * gain, format_interval({100 * ci.lo, 100 * ci.hi}, "{:+.1f}%"));
-}
-
 nlohmann::json machine_json(const measure::Machine& m) {
   return {{"cores", m.cores},
           {"busy_share_of_others", m.others_share},

@@ -8,7 +8,7 @@ namespace opfuse::report {
 namespace {
 
 std::string ratio_cell(const measure::Ratio& r) {
-  return fmt::format("x{:.2f} {}", r.estimate, format_interval(r.ci, "x{:.2f}"));
+  return fmt::format("x{:.2f} {}", r.estimate, measure::format_interval(r.ci, "x{:.2f}"));
 }
 
 }  // namespace
@@ -17,7 +17,7 @@ std::string format_op_bench(const bench::OpBenchResult& r) {
   const double fused = r.variants.back().ms.median;
   std::vector<Row> rows;
   for (const auto& v : r.variants) {
-    rows.push_back({v.name, v.what, fmt::format("{:.3f} {}", v.ms.median, format_interval(v.ms.ci, "{:.3f}")),
+    rows.push_back({v.name, v.what, fmt::format("{:.3f} {}", v.ms.median, measure::format_interval(v.ms.ci, "{:.3f}")),
                     fmt::format("{:.3f}-{:.3f}", v.ms.min, v.ms.max), fmt::format("{:.2f}", v.spread),
                     fmt::format("x{:.2f}", v.ms.median / fused), fmt::format("{:.1f}", v.peak_bytes / 1048576.0)});
   }

@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "opfuse/report.h"
 
@@ -8,9 +9,7 @@ nlohmann::json train_json(const train::TrainResult& r) {
   nlohmann::json j{{"model", r.model},
                    {"parameters", r.parameters},
                    {"swish", r.swish},
-                   {"se_gate", r.se_gate},
-                   {"bn_swish", r.bn_swish},
-                   {"drop_connect", r.drop_connect},
+                   {"fusions", r.fusions},
                    {"data", r.data},
                    {"image_size", r.image_size},
                    {"batch_size", r.batch_size},
@@ -35,8 +34,8 @@ std::string format_step(const train::StepRecord& s, int total, double mean_step_
 
 std::string format_train_summary(const train::TrainResult& r) {
   std::vector<Row> rows{{"model", fmt::format("{} ({} parameters)", r.model, r.parameters)},
-                        {"swish / se-gate", r.swish + " / " + r.se_gate},
-                        {"bn-swish / drop", r.bn_swish + " / " + r.drop_connect},
+                        {"swish", r.swish},
+                        {"fusions", r.fusions.empty() ? "none" : fmt::format("{}", fmt::join(r.fusions, ", "))},
                         {"data", r.data},
                         {"batch x image", fmt::format("{} x {}x{}, {} threads", r.batch_size, r.image_size, r.image_size, r.threads)},
                         {"throughput", fmt::format("{:.1f} images/s over {} timed steps", r.images_per_sec, r.steps)},
@@ -54,9 +53,9 @@ std::string format_compare(const train::CompareResult& c) {
   for (size_t v = 0; v < c.variants.size(); ++v) {
     const measure::Series& s = c.timing.variants[v];
     const measure::Ratio& r = c.speedup[v];
-    rows.push_back({c.variants[v], fmt::format("{:.1f} {}", s.median, format_interval(s.ci, "{:.1f}")),
+    rows.push_back({c.variants[v], fmt::format("{:.1f} {}", s.median, measure::format_interval(s.ci, "{:.1f}")),
                     fmt::format("{:.1f}", per_s / s.median),
-                    v == 0 ? "" : format_gain(r.estimate - 1, {r.ci.lo - 1, r.ci.hi - 1})});
+                    v == 0 ? "" : measure::format_gain(r.estimate - 1, {r.ci.lo - 1, r.ci.hi - 1})});
   }
   return fmt::format("\n{} rounds of {} steps x {} images per variant, interleaved\n", c.timing.rounds, c.steps,
                      c.batch_size) +

@@ -64,7 +64,7 @@ std::string format_ranks(const TuneResult& r) {
          format_table({"rank", "baseline", "tuned"}, rows);
 }
 
-std::string gain_cell(const Replacement& r) { return r.measured ? format_gain(r.gain, r.gain_ci) : "-"; }
+std::string gain_cell(const Replacement& r) { return r.measured ? measure::format_gain(r.gain, r.gain_ci) : "-"; }
 
 std::string result_cell(const Replacement& r) {
   if (!r.measured) return r.kept ? "kept" : "rolled back";
@@ -72,7 +72,7 @@ std::string result_cell(const Replacement& r) {
   return r.kept && r.decision != tune::Decision::kept ? "kept (inconclusive)" : tune::decision_name(r.decision);
 }
 
-std::string ms_cell(const measure::Series& s) { return fmt::format("{:.2f} {}", s.median, format_interval(s.ci, "{:.2f}")); }
+std::string ms_cell(const measure::Series& s) { return fmt::format("{:.2f} {}", s.median, measure::format_interval(s.ci, "{:.2f}")); }
 
 }  // namespace
 
@@ -91,7 +91,7 @@ std::string estimate_notes(const std::vector<Replacement>& replacements) {
   for (const auto& r : replacements)
     if (r.estimate_disagrees)
       out += fmt::format("note: {}: the analysis estimated {:+.1f}%, outside the measured interval {}\n", r.rule,
-                         100 * r.estimated_gain, format_interval({100 * r.gain_ci.lo, 100 * r.gain_ci.hi}, "{:+.1f}%"));
+                         100 * r.estimated_gain, measure::format_interval({100 * r.gain_ci.lo, 100 * r.gain_ci.hi}, "{:+.1f}%"));
   // said once: the reason is the model's, the same for every rule
   const auto f32_only = std::find_if(replacements.begin(), replacements.end(),
                                      [](const Replacement& r) { return !r.verdict.float64_skipped.empty(); });
@@ -120,12 +120,12 @@ std::string format_tune(const TuneResult& r) {
 
   std::vector<Row> rows;
   rows.push_back({"step time, ms (median [95% CI])", ms_cell(r.baseline.step_ms), ms_cell(r.tuned.step_ms),
-                  format_gain(1 / r.speedup - 1, {1 / r.speedup_ci.hi - 1, 1 / r.speedup_ci.lo - 1})});
+                  measure::format_gain(1 / r.speedup - 1, {1 / r.speedup_ci.hi - 1, 1 / r.speedup_ci.lo - 1})});
   if (r.predicted_step_ms > 0)
     rows.push_back({"step time the critical path predicts, ms", "", fmt::format("{:.2f}", r.predicted_step_ms),
                     fmt::format("measured {:+.1f}% from it", 100 * (r.tuned.step_ms.median / r.predicted_step_ms - 1))});
   rows.push_back({fmt::format("{}/s (from step time)", r.sample_unit), fmt::format("{:.1f}", r.baseline.images_per_sec),
-                  fmt::format("{:.1f}", r.tuned.images_per_sec), format_gain(r.speedup - 1, {r.speedup_ci.lo - 1, r.speedup_ci.hi - 1})});
+                  fmt::format("{:.1f}", r.tuned.images_per_sec), measure::format_gain(r.speedup - 1, {r.speedup_ci.lo - 1, r.speedup_ci.hi - 1})});
   rows.push_back({"ops per step", fmt::format("{:.0f}", r.baseline.ops_per_step),
                   fmt::format("{:.0f}", r.tuned.ops_per_step),
                   percent(r.tuned.ops_per_step / std::max(1.0, r.baseline.ops_per_step))});

@@ -11,69 +11,12 @@
 #include <optional>
 #include <unordered_set>
 
-#include "rewrite/models.h"
+#include "rewrite/targets.h"
 
 namespace opfuse::rewrite {
 namespace {
 
 using torch::jit::Graph;
-
-struct ModuleSwap {
-  const char* rule;
-  const char* name;
-  int (*apply)(EfficientNetModel&);
-};
-
-int fuse_swish(EfficientNetModel& m) {
-  if (m.swish == models::SwishKind::fused) return 0;
-  int places = 0;
-  for (const auto& module : m.net->modules(/*include_self=*/false)) places += module->as<models::Swish>() != nullptr;
-  m.swish = models::SwishKind::fused;
-  m.net->set_swish(m.swish);
-  return places;
-}
-
-int fuse_se_gate(EfficientNetModel& m) {
-  if (m.se_gate == models::SeGateKind::fused) return 0;
-  int places = 0;
-  for (const auto& block : *m.net->_blocks) places += block->as<models::MBConvBlock>()->_se_reduce ? 1 : 0;
-  m.se_gate = models::SeGateKind::fused;
-  m.net->set_se_gate(m.se_gate);
-  return places;
-}
-
-// BatchNorm followed by Swish: every block's _bn1 (and _bn0 when it expands), the stem and the head.
-int fuse_batch_norm_silu(EfficientNetModel& m) {
-  if (m.bn_silu == models::BatchNormSiluKind::fused) return 0;
-  int places = 2;
-  for (const auto& block : *m.net->_blocks) places += block->as<models::MBConvBlock>()->_expand_conv ? 2 : 1;
-  m.bn_silu = models::BatchNormSiluKind::fused;
-  m.net->set_batch_norm_silu(m.bn_silu);
-  return places;
-}
-
-// The blocks with a residual: stride 1 and as many filters out as in.
-int fuse_drop_connect(EfficientNetModel& m) {
-  if (m.drop_connect == models::DropConnectKind::fused) return 0;
-  int places = 0;
-  for (const auto& block : *m.net->_blocks) {
-    const models::BlockArgs& a = block->as<models::MBConvBlock>()->args;
-    places += a.id_skip && a.stride == 1 && a.input_filters == a.output_filters;
-  }
-  m.drop_connect = models::DropConnectKind::fused;
-  m.net->set_drop_connect(m.drop_connect);
-  return places;
-}
-
-const std::vector<ModuleSwap>& module_swaps() {
-  static const std::vector<ModuleSwap> swaps = {
-      {"silu", "Swish modules → opfuse::silu", fuse_swish},
-      {"se_gate", "squeeze-and-excitation tail sigmoid(s)·x → opfuse::se_gate", fuse_se_gate},
-      {"batch_norm_silu", "BatchNorm + Swish → opfuse::batch_norm_silu", fuse_batch_norm_silu},
-      {"drop_connect_add", "drop connect + residual add → opfuse::drop_connect_add", fuse_drop_connect},
-  };
-  return swaps;
-}
 
 std::shared_ptr<Graph> parse_graph(const std::string& text, const char* what) {
   auto graph = std::make_shared<Graph>();
@@ -158,10 +101,10 @@ void hoist_reads(Graph& graph) {
 
 }  // namespace
 
-int rewrite_graph(Model& model, const std::string& pattern, const std::string& replacement, bool inline_calls) {
+int rewrite_graph(Target& model, const std::string& pattern, const std::string& replacement, bool inline_calls) {
   const auto pattern_graph = parse_graph(pattern, "pattern");
   const c10::Symbol op = introduced_op(*parse_graph(replacement, "replacement"));
-  auto* ts = dynamic_cast<TorchScriptModel*>(&model);
+  auto* ts = dynamic_cast<TorchScriptTarget*>(&model);
   if (ts == nullptr) return 0;
   // Every submodule's code becomes the forward's own, each call site a copy (the submodules'
   // methods stay, no longer called), as torch.jit.freeze does; constants are then folded, so
@@ -190,14 +133,13 @@ int rewrite_graph(Model& model, const std::string& pattern, const std::string& r
   return replaced;
 }
 
-std::vector<Rewrite> rewrites_for(const analyze::Rule& rule) {
-  std::vector<Rewrite> out;
-  for (const ModuleSwap& swap : module_swaps()) {
-    if (rule.name != swap.rule) continue;
-    auto apply = swap.apply;
-    out.push_back({rule.name, swap.name, [apply](Model& m) {
-                     auto* net = dynamic_cast<EfficientNetModel*>(&m);
-                     return net == nullptr ? 0 : apply(*net);
+std::vector<Rewriter> rewriters_for(const analyze::Rule& rule) {
+  std::vector<Rewriter> out;
+  for (const ModuleFusion& fusion : efficientnet_fusions()) {
+    if (rule.name != fusion.rule) continue;
+    out.push_back({rule.name, fusion.what, [rule = fusion.rule](Target& m) {
+                     auto* net = dynamic_cast<EfficientNetTarget*>(&m);
+                     return net == nullptr ? 0 : net->fuse(rule);
                    }});
   }
   if (!rule.torchscript.empty()) {
@@ -205,11 +147,11 @@ std::vector<Rewrite> rewrites_for(const analyze::Rule& rule) {
     const std::string op = introduced_op(*parse_graph(pairs.front().replacement, "replacement")).toQualString();
     const std::string name = fmt::format("TorchScript graph → {} ({} pattern{})", op, pairs.size(),
                                          pairs.size() == 1 ? "" : "s");
-    out.push_back({rule.name, name, [pairs, name](Model& m) {
+    out.push_back({rule.name, name, [pairs, name](Target& m) {
                      int places = 0;
                      for (const auto& p : pairs) places += rewrite_graph(m, p.pattern, p.replacement, p.inline_calls);
                      if (places > 0)
-                       if (auto* ts = dynamic_cast<TorchScriptModel*>(&m)) ts->applied.push_back(name);
+                       if (auto* ts = dynamic_cast<TorchScriptTarget*>(&m)) ts->applied.push_back(name);
                      return places;
                    }});
   }

@@ -16,9 +16,10 @@
 
 #include "opfuse/data.h"
 #include "opfuse/efficientnet.h"
-#include "opfuse/profile.h"
 #include "opfuse/measure.h"
 #include "opfuse/optim.h"
+#include "opfuse/profile.h"
+#include "opfuse/rewrite.h"
 #include "opfuse/stats.h"
 #include "opfuse/train.h"
 
@@ -31,12 +32,22 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+bool is_fusion(const std::string& rule) {
+  const auto& all = rewrite::efficientnet_fusions();
+  return std::any_of(all.begin(), all.end(), [&](const rewrite::ModuleFusion& f) { return f.rule == rule; });
+}
+
+std::string fusion_names() {
+  std::vector<std::string> names;
+  for (const auto& f : rewrite::efficientnet_fusions()) names.push_back(f.rule);
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
 void validate(const TrainOptions& o) {
   models::efficientnet_params(o.model);  // throws for an unknown model
-  models::parse_swish_kind(o.swish);
-  models::parse_se_gate_kind(o.se_gate);
-  models::parse_batch_norm_silu_kind(o.bn_swish);
-  models::parse_drop_connect_kind(o.drop_connect);
+  models::Swish check_spelling(o.swish);  // throws for an unknown spelling
+  for (const std::string& rule : o.fuse)
+    if (!is_fusion(rule)) throw std::invalid_argument(fmt::format("--fuse {}: unknown fusion ({}, or all)", rule, fusion_names()));
   if (o.image_size != 0 && o.image_size < 32)
     throw std::invalid_argument(fmt::format("--image-size {} is below the minimum of 32", o.image_size));
   if (o.batch_size < 1) throw std::invalid_argument("--batch-size must be at least 1");
@@ -90,11 +101,8 @@ Session open_session(const TrainOptions& o) {
   s.source = o.data.empty() ? data::synthetic_source(o.batch_size, s.image_size, o.num_classes, o.seed)
                             : data::image_folder_source(o.data, o.batch_size, s.image_size, o.seed);
   torch::manual_seed(o.seed);
-  s.model = models::make_efficientnet(o.model, static_cast<int>(s.source->num_classes()), s.image_size);
-  s.model->set_swish(models::parse_swish_kind(o.swish));
-  s.model->set_se_gate(models::parse_se_gate_kind(o.se_gate));
-  s.model->set_batch_norm_silu(models::parse_batch_norm_silu_kind(o.bn_swish));
-  s.model->set_drop_connect(models::parse_drop_connect_kind(o.drop_connect));
+  s.model = models::make_efficientnet(o.model, static_cast<int>(s.source->num_classes()), s.image_size, o.swish);
+  for (const std::string& rule : o.fuse) rewrite::fuse_efficientnet(*s.model, rule);
   s.model->train();
   s.optimizer = make_optimizer(o, s.model);
   s.optimizer_scope = optimizer_scope(o.optimizer);
@@ -150,9 +158,7 @@ std::pair<double, size_t> profile_steps(const TrainOptions& o, Session& s, int f
                                 {"torch_version", TORCH_VERSION},
                                 {"model", o.model},
                                 {"swish", o.swish},
-                                {"se_gate", o.se_gate},
-                                {"bn_swish", o.bn_swish},
-                                {"drop_connect", o.drop_connect},
+                                {"fusions", o.fuse},
                                 {"threads", at::get_num_threads()},
                                 {"batch_size", o.batch_size},
                                 {"image_size", s.image_size},
@@ -178,9 +184,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const StepReco
   TrainResult result;
   result.model = o.model;
   result.swish = o.swish;
-  result.se_gate = o.se_gate;
-  result.bn_swish = o.bn_swish;
-  result.drop_connect = o.drop_connect;
+  result.fusions = o.fuse;
   result.data = s.source->describe();
   result.parameters = s.model->parameter_count();
   result.image_size = s.image_size;
@@ -215,16 +219,18 @@ TrainResult train(const TrainOptions& o, const std::function<void(const StepReco
 
 TrainOptions variant_options(const TrainOptions& o, const std::string& variant) {
   TrainOptions v = o;
-  if (variant == kAllFusions) {
-    v.swish = "fused";
-    v.se_gate = v.bn_swish = v.drop_connect = "fused";
-    return v;
+  const auto& spellings = models::swish_spellings();
+  if (std::find(spellings.begin(), spellings.end(), variant) != spellings.end()) {
+    v.swish = variant;
+  } else if (variant == kAllFusions) {
+    v.fuse.clear();
+    for (const auto& f : rewrite::efficientnet_fusions()) v.fuse.push_back(f.rule);
+  } else if (is_fusion(variant)) {
+    if (std::find(v.fuse.begin(), v.fuse.end(), variant) == v.fuse.end()) v.fuse.push_back(variant);
+  } else {
+    throw std::invalid_argument(fmt::format("unknown --compare variant '{}' (expected a swish spelling: {}; a fusion: {}; or {})",
+                                            variant, fmt::join(spellings, ", "), fusion_names(), kAllFusions));
   }
-  const auto& kinds = models::swish_kind_names();
-  if (std::find(kinds.begin(), kinds.end(), variant) == kinds.end())
-    throw std::invalid_argument(fmt::format("unknown --compare variant '{}' (expected {} or {})", variant,
-                                            fmt::join(kinds, ", "), kAllFusions));
-  v.swish = variant;
   return v;
 }
 

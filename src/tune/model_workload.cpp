@@ -15,7 +15,7 @@ namespace {
 
 constexpr int kBatches = 4;
 
-std::unique_ptr<rewrite::Model> load_model(const TuneOptions& o) {
+std::unique_ptr<rewrite::Target> load_model(const TuneOptions& o) {
   if (is_file_model(o.model)) return rewrite::load_torchscript(o.model);
   return rewrite::efficientnet(o.model, o.image_size, o.num_classes, o.seed);
 }
@@ -130,7 +130,7 @@ at::Tensor loss_of(const at::Tensor& output, const at::Tensor& target, const std
   return torch::nn::functional::cross_entropy(output, target);
 }
 
-Batches make_batches(const TuneOptions& o, rewrite::Model& model) {
+Batches make_batches(const TuneOptions& o, rewrite::Target& model) {
   Batches b;
   b.loss = o.loss;
   const std::vector<InputSpec> specs = input_specs(o);
@@ -155,7 +155,7 @@ Batches make_batches(const TuneOptions& o, rewrite::Model& model) {
   return b;
 }
 
-ModelWorkload::ModelWorkload(std::unique_ptr<rewrite::Model> model, std::shared_ptr<const Batches> batches, double lr,
+ModelWorkload::ModelWorkload(std::unique_ptr<rewrite::Target> model, std::shared_ptr<const Batches> batches, double lr,
                              bool fused_sgd)
     : model_(std::move(model)), batches_(std::move(batches)), lr_(lr), fused_sgd_(fused_sgd) {
   optimizer_ = make_optimizer();
@@ -187,7 +187,7 @@ std::string ModelWorkload::describe() const {
 }
 
 std::shared_ptr<ModelWorkload> ModelWorkload::load(const TuneOptions& o) {
-  std::unique_ptr<rewrite::Model> model = load_model(o);
+  std::unique_ptr<rewrite::Target> model = load_model(o);
   auto batches = std::make_shared<const Batches>(make_batches(o, *model));
   return std::make_shared<ModelWorkload>(std::move(model), std::move(batches), o.lr);
 }
@@ -289,7 +289,7 @@ std::vector<Rewrite> ModelWorkload::rewrites_for(const analyze::Rule& rule) cons
                      m->optimizer_ = m->make_optimizer();
                      return 1;
                    }});
-  for (rewrite::Rewrite& rw : rewrite::rewrites_for(rule)) {
+  for (rewrite::Rewriter& rw : rewrite::rewriters_for(rule)) {
     auto apply = rw.apply;
     out.push_back({rw.rule, rw.name, [apply](Workload& w) {
                      auto* m = dynamic_cast<ModelWorkload*>(&w);

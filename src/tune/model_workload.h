@@ -1,4 +1,4 @@
-// The C++ models as Workloads: a rewrite::Model trained with SGD on fixed synthetic batches.
+// The C++ models as Workloads: a rewrite::Target trained with SGD on fixed synthetic batches.
 #pragma once
 
 #include <torch/torch.h>
@@ -27,7 +27,7 @@ bool is_file_model(const std::string& model);
 // without --input-shape.
 std::vector<InputSpec> input_specs(const TuneOptions& o);
 // Draws the batches; the targets' shape comes from one forward pass of `model` in eval mode.
-Batches make_batches(const TuneOptions& o, rewrite::Model& model);
+Batches make_batches(const TuneOptions& o, rewrite::Target& model);
 
 at::Tensor loss_of(const at::Tensor& output, const at::Tensor& target, const std::string& loss);
 
@@ -35,7 +35,7 @@ class ModelWorkload : public Workload {
  public:
   // SGD with momentum 0.9 and weight decay 1e-5 (the reference's ImageNet recipe) at options.lr:
   // torch's, or opfuse::optim::SGD once a fused_sgd rewrite took its place.
-  ModelWorkload(std::unique_ptr<rewrite::Model> model, std::shared_ptr<const Batches> batches, double lr,
+  ModelWorkload(std::unique_ptr<rewrite::Target> model, std::shared_ptr<const Batches> batches, double lr,
                 bool fused_sgd = false);
   // The model options.model names (built-in or TorchScript file), with its batches.
   static std::shared_ptr<ModelWorkload> load(const TuneOptions& o);
@@ -55,10 +55,10 @@ class ModelWorkload : public Workload {
   std::vector<std::string> save(const std::string& path) const override { return model_->save(path); }
   std::map<std::string, int64_t> held_memory() override;
 
-  rewrite::Model& model() { return *model_; }
+  rewrite::Target& model() { return *model_; }
 
  private:
-  std::unique_ptr<rewrite::Model> model_;
+  std::unique_ptr<rewrite::Target> model_;
   std::shared_ptr<const Batches> batches_;
   // SGD over the model's parameters: torch's, or opfuse's once fused_sgd_ is set.
   std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params) const;

@@ -12,12 +12,11 @@
 #include "opfuse/bench.h"
 #include "opfuse/measure.h"
 #include "opfuse/profile.h"
-#include "opfuse/report.h"
 #include "opfuse/stats.h"
 #include "opfuse/trace.h"
-#include "rewrite/models.h"
+#include "rewrite/targets.h"
 #include "tune/model_workload.h"
-#include "tune/ranks.h"
+#include "tune/distributed.h"
 
 namespace opfuse::tune {
 namespace {
@@ -101,7 +100,7 @@ int64_t peak_with(const Workload& pristine, const Rewrite& rewrite, const TuneOp
   for (int i = 0; i < warmup; ++i) w->step();
   profile_to(*w, o, path, warmup + 1);
   const trace::Trace t = trace::read_trace(path);
-  return analyze::cpu_peak_bytes(analyze::memory_time(t, trace::build_model(t)));
+  return analyze::cpu_peak_bytes(analyze::memory_time(t, trace::build_links(t)));
 }
 
 double ops_per_step(const analyze::Analysis& a) {
@@ -262,7 +261,7 @@ void set_estimate(Replacement& r, double saved_us, double step_us) {
 void judge(Replacement& r, const TuneOptions& o) {
   r.decision = decide(r.gain, r.gain_ci, o.min_gain);
   r.kept = r.decision == Decision::kept || (r.decision == Decision::inconclusive && o.keep_inconclusive);
-  const std::string measured = report::format_gain(r.gain, r.gain_ci);
+  const std::string measured = measure::format_gain(r.gain, r.gain_ci);
   if (r.decision == Decision::rolled_back)
     r.why = fmt::format("gain {} is below --min-gain {:.1f}%", measured, 100 * o.min_gain);
   else if (r.decision == Decision::inconclusive)
@@ -371,7 +370,7 @@ void keep_small_gains_together(Workload& tuned, const std::vector<Rewrite>& rewr
   result.machine = busier(result.machine, m.machine);
   const auto [gain, ci] = gain_of(m, 1);
   const bool keep = decide(gain, ci, o.min_gain) == Decision::kept;
-  const std::string together = fmt::format("{} as a group ({}) after {} rounds", report::format_gain(gain, ci),
+  const std::string together = fmt::format("{} as a group ({}) after {} rounds", measure::format_gain(gain, ci),
                                             fmt::join(names, ", "), m.rounds);
   for (size_t i : group) {
     Replacement& r = result.replacements[i];
@@ -605,7 +604,7 @@ RewriteResult rewrite_file(const std::string& in_path, const std::string& out_pa
                                [](const Replacement& r) { return r.kept; });
   if (any) {
     auto& model = dynamic_cast<ModelWorkload&>(*rewritten).model();
-    dynamic_cast<const rewrite::TorchScriptModel&>(model).module.save(out_path);
+    dynamic_cast<const rewrite::TorchScriptTarget&>(model).module.save(out_path);
     result.written = true;
   }
   return result;

@@ -661,7 +661,7 @@ TEST(Analyze, TiesAtWholeMicrosecondsNestTheSameInAnyFileOrder) {
     std::string json;
     for (const auto& e : order) json += (json.empty() ? "[" : ",\n") + e;
     const trace::Trace t = trace::parse_trace(json + "]", "ties.json");
-    const trace::Model m = trace::build_model(t);
+    const trace::Links m = trace::build_links(t);
     std::vector<std::string> nesting;  // "child < parent" for every op
     for (size_t i = 0; i < t.events.size(); ++i)
       nesting.push_back(t.strings[t.events[i].name] + " < " +

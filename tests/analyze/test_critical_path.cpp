@@ -22,7 +22,7 @@ std::string x(const std::string& cat, const std::string& name, double ts, double
 
 CriticalPath path_of(const std::string& events) {
   const trace::Trace t = trace::parse_trace("[" + events + "]", "t.json");
-  return critical_path(t, trace::build_model(t));
+  return critical_path(t, trace::build_links(t));
 }
 
 TEST(CriticalPath, OneThreadIsItsOpsAndGaps) {

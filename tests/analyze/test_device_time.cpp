@@ -14,7 +14,7 @@ namespace {
 
 std::vector<DeviceTime> device_time_of(const std::string& events) {
   const trace::Trace t = trace::parse_trace("[" + events + "]", "t.json");
-  return device_time(t, trace::build_model(t));
+  return device_time(t, trace::build_links(t));
 }
 
 std::string slice(const std::string& cat, const std::string& name, double ts, double dur, const std::string& pid,
@@ -166,7 +166,7 @@ TEST(DeviceTime, ReadsMtiaCcpEventsAsADevice) {
                            slice("mtia_ccp_events", "mul_kernel", 16, 4, "0", "3") + "]";
   const trace::Trace t = trace::parse_trace(json, "t.json");
   EXPECT_EQ(detect_backend(t), Backend::mtia);
-  const auto devices = device_time(t, trace::build_model(t));
+  const auto devices = device_time(t, trace::build_links(t));
   ASSERT_EQ(devices.size(), 1u);
   EXPECT_EQ(devices[0].device, "0");
   EXPECT_EQ(devices[0].events, 2);
@@ -233,7 +233,7 @@ TEST(DeviceTime, AscendSummaryLanesAreNoOps) {
 // (op → Enqueue → Dequeue → aclnn* → torch_to_npu → task), and the aclnn* call keeps its row.
 struct AscendTaskQueue : ::testing::Test {
   trace::Trace t = trace::read_trace(OPFUSE_TEST_DATA "/traces/ascend_task_queue.json");
-  trace::Model m = trace::build_model(t);
+  trace::Links m = trace::build_links(t);
   bool starts_with(int32_t i, const char* prefix) const { return t.strings[t.events[i].name].rfind(prefix, 0) == 0; }
 };
 
@@ -318,7 +318,7 @@ TEST(DeviceTime, AscendTaskQueueByHand) {
       flow('s', "HostToDevice", "HostToDevice1", 1, "2", q, 73) + "," +
       flow('f', "HostToDevice", "HostToDevice1", 1, "3", "2", 120) + "]";
   const trace::Trace t = trace::parse_trace(json, "t.json");
-  const trace::Model m = trace::build_model(t);
+  const trace::Links m = trace::build_links(t);
   auto name = [&](int32_t i) { return i < 0 ? std::string("-") : t.strings[t.events[i].name]; };
   ASSERT_EQ(m.device_lanes.size(), 1u);
   const auto& tasks = m.device_lanes[0];

@@ -25,7 +25,7 @@ std::string alloc(double ts, int64_t addr, int64_t bytes, int64_t total, int dev
 
 std::vector<MemoryTime> memory_of(const std::string& json) {
   const trace::Trace t = trace::parse_trace(json, "t.json");
-  return memory_time(t, trace::build_model(t));
+  return memory_time(t, trace::build_links(t));
 }
 
 // One step: layer1's linear allocates 100 (kept) and 50 (freed at once), MulBackward0's mul

@@ -30,7 +30,7 @@ std::string launch(double ts, int correlation) {
 // step 2 is not shown. The finding marked on sigmoid covers its launch and its kernel too.
 struct StepTrace {
   trace::Trace t;
-  trace::Model m;
+  trace::Links m;
   std::vector<int32_t> marks;
   StepTrace()
       : t(trace::parse_trace(
@@ -42,7 +42,7 @@ struct StepTrace {
                 slice("user_annotation", "ProfilerStep#4", 60, 5) + "," + kernel("sgemm", 20, 4, 1) + "," +
                 kernel("sigmoid_kernel", 57, 6, 2) + "]",
             "t.json")),
-        m(trace::build_model(t)),
+        m(trace::build_links(t)),
         marks(t.events.size(), -1) {
     marks[4] = 0;  // aten::sigmoid
   }
@@ -85,7 +85,7 @@ TEST(Timeline, ShowsTheMedianStepWithItsDeviceWork) {
 TEST(Timeline, WholeTraceWithoutSteps) {
   const trace::Trace t = trace::parse_trace(
       "[" + slice("cpu_op", "aten::add", 5, 10) + "," + slice("cpu_op", "aten::mul", 20, 10, 2) + "]", "t.json");
-  const Timeline tl = step_timeline(t, trace::build_model(t), {});
+  const Timeline tl = step_timeline(t, trace::build_links(t), {});
   EXPECT_EQ(tl.step, "");
   EXPECT_DOUBLE_EQ(tl.dur_us, 25);
   EXPECT_EQ(tl.lanes.size(), 2u);  // two threads
@@ -100,7 +100,7 @@ TEST(Timeline, CapsSlicesKeepingFindings) {
   const trace::Trace t = trace::parse_trace("[" + events + "]", "t.json");
   std::vector<int32_t> marks(t.events.size(), -1);
   marks[t.events.size() - 1] = 0;  // the last inner op, among the shortest
-  const Timeline tl = step_timeline(t, trace::build_model(t), marks);
+  const Timeline tl = step_timeline(t, trace::build_links(t), marks);
   EXPECT_EQ(tl.slices.size(), Timeline::kMaxSlices);
   EXPECT_EQ(tl.left_out, static_cast<int64_t>(n + 1 - Timeline::kMaxSlices));
   EXPECT_EQ(tl.names[tl.slices.front().name], "aten::outer");
@@ -114,7 +114,7 @@ TEST(ModuleTime, ScopesInclusiveAndSelf) {
       "[" + slice("user_annotation", "model", 0, 100) + "," + slice("user_annotation", "model.block", 10, 40) + "," +
           slice("cpu_op", "aten::mul", 12, 5) + "," + slice("user_annotation", "model.block", 60, 20) + "]",
       "t.json");
-  const auto modules = module_time(t, trace::build_model(t));
+  const auto modules = module_time(t, trace::build_links(t));
   ASSERT_EQ(modules.size(), 2u);
   EXPECT_EQ(modules[0].module, "model");
   EXPECT_DOUBLE_EQ(modules[0].total_us, 100);
@@ -131,7 +131,7 @@ TEST(ModuleTime, HierarchyCountsOutermostOps) {
       "[" + slice("cpu_op", "aten::sigmoid", 0, 10, 1, swish) + "," + slice("cpu_op", "aten::empty", 1, 2, 1, swish) +
           "," + slice("cpu_op", "aten::mul", 10, 5, 1, swish) + "," + slice("cpu_op", "aten::conv2d", 20, 30) + "]",
       "t.json");
-  const auto modules = module_time(t, trace::build_model(t));
+  const auto modules = module_time(t, trace::build_links(t));
   ASSERT_EQ(modules.size(), 1u);
   EXPECT_EQ(modules[0].calls, 2);
   EXPECT_DOUBLE_EQ(modules[0].total_us, 15);

@@ -12,10 +12,11 @@ trap 'rm -rf "$tmp"' EXIT
 "$opfuse" analyze --help | grep -q -- --rules
 "$opfuse" analyze --help | grep -q "analyze \[OPTIONS\] TRACE \[TRACE2\]$"
 
-for swish in memory-efficient fused; do
-  "$opfuse" train --image-size 64 --batch-size 4 --steps 1 --warmup 1 --num-classes 10 --swish $swish \
-    --profile "$tmp/$swish.json" --profile-steps 2 > /dev/null
+for fuse in "" silu; do
+  "$opfuse" train --image-size 64 --batch-size 4 --steps 1 --warmup 1 --num-classes 10 --fuse "$fuse" \
+    --profile "$tmp/${fuse:-memory-efficient}.json" --profile-steps 2 > /dev/null
 done
+mv "$tmp/silu.json" "$tmp/fused.json"
 "$opfuse" analyze "$tmp/memory-efficient.json" "$tmp/fused.json" --json "$tmp/a.json" --html "$tmp/a.html" > "$tmp/a.txt"
 grep -q "opfuse profiler" "$tmp/a.txt"
 grep -q "^silu .*opfuse::silu" "$tmp/a.txt"

@@ -7,11 +7,10 @@ trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
 
 "$opfuse" train --help | grep -q -- --swish
-"$opfuse" train --help | grep -q -- --bn-swish
-"$opfuse" train --help | grep -q -- --drop-connect
+"$opfuse" train --help | grep -q -- --fuse
 
-"$opfuse" train --image-size 32 --batch-size 2 --steps 2 --warmup 1 --num-classes 10 --swish fused \
-  --se-gate fused --bn-swish fused --drop-connect fused --json "$tmp/train.json" > "$tmp/train.txt"
+"$opfuse" train --image-size 32 --batch-size 2 --steps 2 --warmup 1 --num-classes 10 --swish aten \
+  --fuse se_gate,batch_norm_silu,drop_connect_add --json "$tmp/train.json" > "$tmp/train.txt"
 grep -q "images/s" "$tmp/train.txt"
 grep -q "^Step: \[3/3\]" "$tmp/train.txt"
 python3 - "$tmp/train.json" <<'PY'
@@ -20,8 +19,8 @@ r = json.load(open(sys.argv[1]))
 for key in ("model", "parameters", "swish", "image_size", "batch_size", "steps", "images_per_sec",
             "step_ms_median", "loss_first", "loss_last", "peak_rss_mb", "environment"):
     assert key in r, key
-assert r["model"] == "efficientnet-b0" and r["swish"] == "fused" and r["steps"] == 2
-assert r["bn_swish"] == "fused" and r["drop_connect"] == "fused"
+assert r["model"] == "efficientnet-b0" and r["swish"] == "aten" and r["steps"] == 2
+assert r["fusions"] == ["se_gate", "batch_norm_silu", "drop_connect_add"], r["fusions"]
 assert r["parameters"] == 5288548 - (1000 - 10) * 1281  # the fc layer shrinks with 10 classes
 assert r["images_per_sec"] > 0 and r["peak_rss_mb"] > 0
 PY
@@ -52,9 +51,9 @@ assert "fused_sgd" not in opfuse_rules, opfuse_rules
 PY
 
 "$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 \
-  --compare memory-efficient,fused,opfuse-all --rounds 2 --json "$tmp/compare.json" > "$tmp/compare.txt"
+  --compare memory-efficient,silu,all --rounds 2 --json "$tmp/compare.json" > "$tmp/compare.txt"
 grep -q "vs memory-efficient" "$tmp/compare.txt"
-grep -q "opfuse-all" "$tmp/compare.txt"
+grep -q "^all " "$tmp/compare.txt"
 python3 - "$tmp/compare.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -69,16 +68,14 @@ expect_usage_error train --model efficientnet-b9
 expect_usage_error train --image-size 31
 expect_usage_error train --batch-size 0
 expect_usage_error train --swish relu
-# --fuse names fusions as analyze and tune do; the per-fusion flags are its aliases.
-"$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 --fuse silu,batch_norm_silu \
-  --json "$tmp/fuse.json" > /dev/null
-python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert (r['swish'], r['bn_swish'], r['se_gate'], r['drop_connect']) == ('fused', 'fused', 'composite', 'composite'), r" "$tmp/fuse.json"
-"$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 --fuse all --json "$tmp/all.json" > /dev/null
-python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert {r['swish'], r['bn_swish'], r['se_gate'], r['drop_connect']} == {'fused'}, r" "$tmp/all.json"
+# --fuse names fusions as analyze and tune do, and nothing else does.
+"$opfuse" train --image-size 32 --batch-size 2 --steps 1 --warmup 0 --num-classes 10 --fuse all --json "$tmp/all.json" > "$tmp/all.txt"
+python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert (r['swish'], r['fusions']) == ('memory-efficient', ['silu', 'se_gate', 'batch_norm_silu', 'drop_connect_add']), r" "$tmp/all.json"
+grep -q "^fusions *silu, se_gate, batch_norm_silu, drop_connect_add$" "$tmp/all.txt"
 expect_usage_error train --fuse silu,gelu
 grep -q -- "--fuse gelu: unknown fusion (silu, se_gate, batch_norm_silu, drop_connect_add, or all)" "$tmp/err"
-expect_usage_error train --bn-swish fast
-expect_usage_error train --drop-connect fast
+expect_usage_error train --swish fused
+expect_usage_error train --bn-swish fused
 expect_usage_error train --compare memory-efficient,everything
 expect_usage_error train --data "$tmp/missing"
 mkdir -p "$tmp/empty"

@@ -1,4 +1,5 @@
-// EfficientNet against the reference's numbers, and the Swish / SE-gate switches against each other.
+// EfficientNet against the reference's numbers, and its Swish spellings and module-swap fusions
+// (rewrite::fuse_efficientnet) against each other.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -6,6 +7,7 @@
 #include <random>
 
 #include "opfuse/efficientnet.h"
+#include "opfuse/rewrite.h"
 
 namespace opfuse::models {
 namespace {
@@ -83,34 +85,35 @@ TEST(EfficientNet, SwishVariantsAgreeOnOutputsAndEveryGradient) {
   // float32 rounding, and at batch 4 the variants' outputs occasionally differ by 1.01e-5.
   const at::Tensor images = torch::randn({8, 3, 64, 64});
   const at::Tensor labels = torch::randint(0, 10, {8});
-  // BN running statistics move on every training forward; restore them between variants.
+  // BN running statistics move on every training forward: each variant starts from the
+  // reference's parameters and its buffers as they were before its pass.
   std::vector<at::Tensor> buffers;
   for (const auto& b : model->buffers()) buffers.push_back(b.clone());
-  auto restore = [&] {
+  auto start_as_reference = [&](EfficientNet& variant) {
     torch::NoGradGuard no_grad;
-    auto current = model->buffers();
+    auto dst = variant->parameters(), src = model->parameters();
+    for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+    auto current = variant->buffers();
     for (size_t i = 0; i < current.size(); ++i) current[i].copy_(buffers[i]);
   };
-  model->set_swish(SwishKind::memory_efficient);
   const Pass base = forward_backward(model, images, labels);
-  using BN = BatchNormSiluKind;
-  using DC = DropConnectKind;
-  for (auto [swish, gate, bn, dc] : std::vector<std::tuple<SwishKind, SeGateKind, BN, DC>>{
-           {SwishKind::composite, SeGateKind::composite, BN::composite, DC::composite},
-           {SwishKind::aten, SeGateKind::composite, BN::composite, DC::composite},
-           {SwishKind::fused, SeGateKind::composite, BN::composite, DC::composite},
-           {SwishKind::fused, SeGateKind::fused, BN::composite, DC::composite},
-           {SwishKind::memory_efficient, SeGateKind::composite, BN::fused, DC::composite},
-           {SwishKind::memory_efficient, SeGateKind::composite, BN::composite, DC::fused},
-           {SwishKind::fused, SeGateKind::fused, BN::fused, DC::fused}}) {
-    restore();
-    model->set_swish(swish);
-    model->set_se_gate(gate);
-    model->set_batch_norm_silu(bn);
-    model->set_drop_connect(dc);
-    const Pass r = forward_backward(model, images, labels);
-    SCOPED_TRACE(to_string(swish) + (gate == SeGateKind::fused ? " + fused se_gate" : "") +
-                 (bn == BN::fused ? " + fused batch_norm_silu" : "") + (dc == DC::fused ? " + fused drop_connect" : ""));
+  struct Variant {
+    std::string swish;
+    std::vector<std::string> fuse;
+  };
+  for (const Variant& v : std::vector<Variant>{{"composite", {}},
+                                               {"aten", {}},
+                                               {"memory-efficient", {"silu"}},
+                                               {"memory-efficient", {"silu", "se_gate"}},
+                                               {"memory-efficient", {"batch_norm_silu"}},
+                                               {"memory-efficient", {"drop_connect_add"}},
+                                               {"memory-efficient", {"silu", "se_gate", "batch_norm_silu", "drop_connect_add"}}}) {
+    EfficientNet variant = make_efficientnet("efficientnet-b0", 10, 64, v.swish);
+    start_as_reference(variant);
+    variant->train();
+    for (const std::string& rule : v.fuse) EXPECT_GT(rewrite::fuse_efficientnet(*variant, rule), 0) << rule;
+    const Pass r = forward_backward(variant, images, labels);
+    SCOPED_TRACE(v.swish + " swish, fused: " + ::testing::PrintToString(v.fuse));
     EXPECT_LE(max_rel(r.output, base.output), 1e-5);
     ASSERT_EQ(r.grads.size(), base.grads.size());
     // A block without a skip ends in BatchNorm and feeds the next block's conv + BatchNorm,
@@ -153,10 +156,8 @@ TEST(EfficientNet, TwentySgdStepsGiveTheSameLossesWithFusedOps) {
       for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
     }
     model->to(torch::kDouble);
-    model->set_swish(variant == 0 ? SwishKind::memory_efficient : SwishKind::fused);
-    model->set_se_gate(variant == 0 ? SeGateKind::composite : SeGateKind::fused);
-    model->set_batch_norm_silu(variant == 0 ? BatchNormSiluKind::composite : BatchNormSiluKind::fused);
-    model->set_drop_connect(variant == 0 ? DropConnectKind::composite : DropConnectKind::fused);
+    if (variant == 1)
+      for (const auto& f : rewrite::efficientnet_fusions()) rewrite::fuse_efficientnet(*model, f.rule);
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
     for (int step = 0; step < 20; ++step) {
       torch::manual_seed(100 + step);  // same dropout and drop-connect masks
@@ -182,7 +183,7 @@ TEST(EfficientNet, FusedBatchNormSwishMovesTheBuffersAsBatchNorm2d) {
   }
   a->to(torch::kDouble);
   b->to(torch::kDouble);
-  b->set_batch_norm_silu(BatchNormSiluKind::fused);
+  EXPECT_EQ(rewrite::fuse_efficientnet(*b, "batch_norm_silu"), 2 + 16 + 15);  // stem, head, every block, 15 expand
   const at::Tensor images = torch::randn({4, 3, 32, 32}, torch::kDouble);
   for (int step = 0; step < 3; ++step) {
     torch::NoGradGuard no_grad;

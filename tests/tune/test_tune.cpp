@@ -26,7 +26,7 @@ TuneOptions tiny(int image_size = 64, int batch = 4) {
 }
 
 // The model as tune sees it: with batches drawn from the options' seed.
-std::shared_ptr<ModelWorkload> workload(std::unique_ptr<rewrite::Model> model, const TuneOptions& o) {
+std::shared_ptr<ModelWorkload> workload(std::unique_ptr<rewrite::Target> model, const TuneOptions& o) {
   auto batches = std::make_shared<const Batches>(make_batches(o, *model));
   return std::make_shared<ModelWorkload>(std::move(model), batches, o.lr);
 }
@@ -139,7 +139,7 @@ TEST(Verify, FusedSwishAndGateAgreeWithTheReference) {
 
 // A scripted module built in C++: a conv, Swish as x * sigmoid(x) (both operand orders), a
 // squeeze-and-excitation gate x * sigmoid(g) with g [N, C, 1, 1], a linear head.
-std::unique_ptr<rewrite::Model> scripted_net(const std::string& dir) {
+std::unique_ptr<rewrite::Target> scripted_net(const std::string& dir) {
   torch::jit::Module m("TinyNet");
   m.register_parameter("w", torch::randn({8, 3, 3, 3}) * 0.3, false);
   m.register_parameter("se_w", torch::randn({8, 8, 1, 1}) * 0.3, false);

@@ -46,3 +46,9 @@ const char* capability_name(Capability capability) {
 }
 
 }  // namespace opfuse::cpu
+
+namespace opfuse {
+
+const char* cpu_kernel_path() { return cpu::capability_name(cpu::cpu_capability()); }
+
+}  // namespace opfuse

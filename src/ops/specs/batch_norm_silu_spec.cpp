@@ -1,6 +1,6 @@
 // batch_norm_silu: EfficientNet's BatchNorm (momentum 0.01, eps 1e-3, training) then Swish.
-#include "opfuse/models.h"
 #include "opfuse/ops.h"
+#include "opfuse/reference_ops.h"
 #include "ops/specs/inputs.h"
 
 namespace opfuse::specs {
@@ -23,7 +23,7 @@ OpCase batch_norm_silu_case(const OpArgs& a) {
   auto [rm2, rv2] = stats();
   c.variants = {
       {"reference", "torch::batch_norm, memory-efficient Swish",
-       [=] { return models::memory_efficient_swish(torch::batch_norm(x, w, b, rm0, rv0, true, 0.01, 1e-3, false)); }},
+       [=] { return reference::memory_efficient_swish(torch::batch_norm(x, w, b, rm0, rv0, true, 0.01, 1e-3, false)); }},
       {"aten", "torch::batch_norm, torch::silu",
        [=] { return torch::silu(torch::batch_norm(x, w, b, rm1, rv1, true, 0.01, 1e-3, false)); }},
       {"opfuse", "opfuse::batch_norm_silu", [=] { return opfuse::batch_norm_silu(x, w, b, rm2, rv2, true, 0.01, 1e-3); }}};

@@ -1,7 +1,7 @@
 // se_gate: the squeeze-and-excitation tail of an EfficientNet block, x [N, C, H, W] · sigmoid(gate
 // [N, C, 1, 1]).
-#include "opfuse/models.h"
 #include "opfuse/ops.h"
+#include "opfuse/reference_ops.h"
 #include "ops/specs/inputs.h"
 
 namespace opfuse::specs {
@@ -14,7 +14,7 @@ OpCase se_gate_case(const OpArgs& a) {
   OpCase c;
   c.leaves = {x, g};
   c.grad_output = randn(shape, a.dtype);
-  c.variants = {{"reference", "sigmoid(g) * x (autograd)", [x, g] { return models::composite_se_gate(x, g); }},
+  c.variants = {{"reference", "sigmoid(g) * x (autograd)", [x, g] { return reference::composite_se_gate(x, g); }},
                 {"aten", "x * torch::sigmoid(g) (autograd)", [x, g] { return x * torch::sigmoid(g); }},
                 {"opfuse", "opfuse::se_gate", [x, g] { return opfuse::se_gate(x, g); }}};
   // forward reads x, writes y; backward reads dy and x, writes dx (the gate is small)

@@ -1,6 +1,6 @@
 // silu and swish (β = 1): EfficientNet's memory-efficient Swish, a custom autograd Function.
-#include "opfuse/models.h"
 #include "opfuse/ops.h"
+#include "opfuse/reference_ops.h"
 #include "ops/specs/inputs.h"
 
 namespace opfuse::specs {
@@ -15,7 +15,7 @@ OpCase swish_case(const OpArgs& a, bool silu) {
   auto fused = silu ? std::function<at::Tensor()>([x] { return opfuse::silu(x); })
                     : std::function<at::Tensor()>([x] { return opfuse::swish(x, 1.0); });
   c.variants = {
-      {"reference", "memory-efficient Swish (autograd Function)", [x] { return models::memory_efficient_swish(x); }},
+      {"reference", "memory-efficient Swish (autograd Function)", [x] { return reference::memory_efficient_swish(x); }},
       {"aten", "torch::silu", [x] { return torch::silu(x); }},
       {"opfuse", silu ? "opfuse::silu" : "opfuse::swish", fused}};
   // forward reads x, writes y; backward reads dy and x, writes dx

@@ -1,4 +1,4 @@
-// Trace → Model: op trees from nesting on each thread, device work linked to the host op that
+// Trace → Links: op trees from nesting on each thread, device work linked to the host op that
 // launched it, backward ops linked to their forward op, steps.
 #include <algorithm>
 #include <map>
@@ -127,7 +127,7 @@ class IdIndex {
 };
 
 using Lane = std::vector<int32_t>;
-using Lanes = std::map<std::pair<int64_t, int64_t>, Lane>;  // by (pid, tid)
+using LanesByThread = std::map<std::pair<int64_t, int64_t>, Lane>;  // by (pid, tid)
 
 // A thread's slices as they are filed, in file order. While they come in order (the usual
 // case) each is nested as it arrives, so the events are read once; a lane found out of order
@@ -141,7 +141,7 @@ struct LaneBuild {
 struct Builder {
   const Trace& trace;
   const Classifier& classify;
-  Model& m;
+  Links& m;
 
   double end(int32_t i) const { return trace.events[i].ts + trace.events[i].dur; }
 
@@ -176,7 +176,7 @@ struct Builder {
 
   // Classifies every event, files each slice into its thread's (or stream's) lane and nests the
   // host slices, in one pass over the events.
-  void build_lanes(Lanes& host, Lanes& device) {
+  void build_lanes(LanesByThread& host, LanesByThread& device) {
     std::map<std::pair<int64_t, int64_t>, LaneBuild> host_build, device_build;
     std::pair<int64_t, int64_t> last_key{0, 0};
     LaneBuild* last = nullptr;  // events come in runs from one thread: look its lane up once per run
@@ -278,15 +278,15 @@ struct Builder {
 
 }  // namespace
 
-Model build_model(const Trace& trace) {
+Links build_links(const Trace& trace) {
   const size_t n = trace.events.size();
-  Model m;
+  Links m;
   m.kind.resize(n);
   m.parent.assign(n, -1), m.op_parent.assign(n, -1), m.annotation.assign(n, -1);
   m.launcher.assign(n, -1), m.forward.assign(n, -1);
   const Classifier classify(trace);
   Builder b{trace, classify, m};
-  Lanes host, device;
+  LanesByThread host, device;
   b.build_lanes(host, device);
   for (auto& [key, lane] : device) m.device_lanes.push_back(std::move(lane));
   for (auto it = host.begin(); it != host.end();) {  // summary lanes are no host threads

@@ -1,7 +1,8 @@
-// rewrite::Model for the built-in EfficientNet and for TorchScript modules.
-#include "rewrite/models.h"
+// rewrite::Target for the built-in EfficientNet and for TorchScript modules.
+#include "rewrite/targets.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/jit/serialization/import.h>
 #include <torch/torch.h>
@@ -11,24 +12,18 @@
 
 namespace opfuse::rewrite {
 
-EfficientNetModel::EfficientNetModel(std::string name, int image_size, int num_classes)
+EfficientNetTarget::EfficientNetTarget(std::string name, int image_size, int num_classes)
     : name_(std::move(name)), image_size_(image_size), num_classes_(num_classes) {
   net = models::make_efficientnet(name_, num_classes, image_size);
-  apply_kinds();
 }
 
-void EfficientNetModel::apply_kinds() {
-  net->set_swish(swish);
-  net->set_se_gate(se_gate);
-  net->set_batch_norm_silu(bn_silu);
-  net->set_drop_connect(drop_connect);
+int EfficientNetTarget::fuse(const std::string& rule) {
+  const int places = fuse_efficientnet(*net, rule);
+  if (places > 0) fused.push_back(rule);
+  return places;
 }
 
-namespace {
-const char* kind_name(bool fused) { return fused ? "fused" : "composite"; }
-}  // namespace
-
-std::vector<std::pair<std::string, at::Tensor>> EfficientNetModel::named_parameters() {
+std::vector<std::pair<std::string, at::Tensor>> EfficientNetTarget::named_parameters() {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& p : net->named_parameters()) out.emplace_back(p.key(), p.value());
   return out;
@@ -36,13 +31,9 @@ std::vector<std::pair<std::string, at::Tensor>> EfficientNetModel::named_paramet
 
 // Same architecture, then every parameter and buffer copied by name: the clone starts where this
 // model is, including BatchNorm's running statistics.
-std::unique_ptr<Model> EfficientNetModel::clone() const {
-  auto copy = std::make_unique<EfficientNetModel>(name_, image_size_, num_classes_);
-  copy->swish = swish;
-  copy->se_gate = se_gate;
-  copy->bn_silu = bn_silu;
-  copy->drop_connect = drop_connect;
-  copy->apply_kinds();
+std::unique_ptr<Target> EfficientNetTarget::clone() const {
+  auto copy = std::make_unique<EfficientNetTarget>(name_, image_size_, num_classes_);
+  for (const std::string& rule : fused) copy->fuse(rule);
   copy->net->train(net->is_training());
   torch::NoGradGuard no_grad;
   auto params = net->named_parameters();
@@ -52,7 +43,7 @@ std::unique_ptr<Model> EfficientNetModel::clone() const {
   return copy;
 }
 
-std::vector<std::string> EfficientNetModel::save(const std::string& base) const {
+std::vector<std::string> EfficientNetTarget::save(const std::string& base) const {
   const std::string weights = base + ".pt", config = base + ".json";
   torch::serialize::OutputArchive archive;
   net->save(archive);
@@ -61,10 +52,7 @@ std::vector<std::string> EfficientNetModel::save(const std::string& base) const 
   out << nlohmann::json{{"model", name_},
                         {"image_size", image_size_},
                         {"num_classes", num_classes_},
-                        {"swish", models::to_string(swish)},
-                        {"se_gate", kind_name(se_gate == models::SeGateKind::fused)},
-                        {"bn_swish", kind_name(bn_silu == models::BatchNormSiluKind::fused)},
-                        {"drop_connect", kind_name(drop_connect == models::DropConnectKind::fused)},
+                        {"fusions", fused},
                         {"weights", weights}}
              .dump(2)
       << "\n";
@@ -72,21 +60,19 @@ std::vector<std::string> EfficientNetModel::save(const std::string& base) const 
   return {weights, config};
 }
 
-std::string EfficientNetModel::describe() const {
-  return fmt::format("swish={} se_gate={} bn_swish={} drop_connect={}", models::to_string(swish),
-                     kind_name(se_gate == models::SeGateKind::fused), kind_name(bn_silu == models::BatchNormSiluKind::fused),
-                     kind_name(drop_connect == models::DropConnectKind::fused));
+std::string EfficientNetTarget::describe() const {
+  return fused.empty() ? "reference" : fmt::format("fused: {}", fmt::join(fused, ", "));
 }
 
-std::unique_ptr<Model> efficientnet(const std::string& name, int image_size, int num_classes, uint64_t seed) {
+std::unique_ptr<Target> efficientnet(const std::string& name, int image_size, int num_classes, uint64_t seed) {
   torch::manual_seed(seed);
-  return std::make_unique<EfficientNetModel>(name, image_size, num_classes);
+  return std::make_unique<EfficientNetTarget>(name, image_size, num_classes);
 }
 
-TorchScriptModel::TorchScriptModel(torch::jit::Module m, std::string name)
+TorchScriptTarget::TorchScriptTarget(torch::jit::Module m, std::string name)
     : module(std::move(m)), name_(std::move(name)) {}
 
-at::Tensor TorchScriptModel::forward(const std::vector<at::Tensor>& inputs) {
+at::Tensor TorchScriptTarget::forward(const std::vector<at::Tensor>& inputs) {
   c10::IValue out = module.forward(std::vector<c10::IValue>(inputs.begin(), inputs.end()));
   if (out.isTuple()) out = out.toTupleRef().elements().at(0);  // (logits, aux…): train on the first
   if (!out.isTensor()) throw std::invalid_argument(fmt::format("{}: forward returns no tensor", name_));
@@ -95,7 +81,7 @@ at::Tensor TorchScriptModel::forward(const std::vector<at::Tensor>& inputs) {
 
 // A tensor held under two names (an LM head tied to its embedding) is listed once, under its
 // first name, as Python's named_parameters() does: listed twice, an optimizer steps it twice.
-std::vector<std::pair<std::string, at::Tensor>> TorchScriptModel::named_parameters() {
+std::vector<std::pair<std::string, at::Tensor>> TorchScriptTarget::named_parameters() {
   std::vector<std::pair<std::string, at::Tensor>> out;
   std::unordered_set<const c10::TensorImpl*> seen;
   for (const auto& p : module.named_parameters(/*recurse=*/true))
@@ -106,12 +92,12 @@ std::vector<std::pair<std::string, at::Tensor>> TorchScriptModel::named_paramete
 // clone() gives the copy its own class types, so a graph rewrite on it leaves this one alone,
 // and deep-copies the tensors. (Frozen parameters would come back trainable; scripted modules
 // seldom have them.)
-void TorchScriptModel::pass_dropout() {
+void TorchScriptTarget::pass_dropout() {
   for (torch::jit::Module m : module.modules())  // a handle: train() sets the shared object's flag
     if (m.type()->name() && m.type()->name()->name().find("Dropout") != std::string::npos) m.train(false);
 }
 
-std::unique_ptr<Model> TorchScriptModel::clone() const {
+std::unique_ptr<Target> TorchScriptTarget::clone() const {
   torch::jit::Module copied;
   {
     // Copied under autograd, parameters would be outputs of a clone op, not leaves to train.
@@ -119,25 +105,25 @@ std::unique_ptr<Model> TorchScriptModel::clone() const {
     copied = module.clone();
   }
   for (const auto& p : copied.named_parameters(/*recurse=*/true)) p.value.requires_grad_(true);
-  auto copy = std::make_unique<TorchScriptModel>(std::move(copied), name_);
+  auto copy = std::make_unique<TorchScriptTarget>(std::move(copied), name_);
   copy->applied = applied;
   return copy;
 }
 
-std::vector<std::string> TorchScriptModel::save(const std::string& base) const {
+std::vector<std::string> TorchScriptTarget::save(const std::string& base) const {
   const std::string path = base + ".pt";
   module.save(path);
   return {path};
 }
 
-std::string TorchScriptModel::describe() const {
+std::string TorchScriptTarget::describe() const {
   if (applied.empty()) return "as loaded";
   std::string out;
   for (const auto& a : applied) out += (out.empty() ? "" : ", ") + a;
   return out;
 }
 
-std::unique_ptr<Model> load_torchscript(const std::string& path) {
+std::unique_ptr<Target> load_torchscript(const std::string& path) {
   torch::jit::Module m;
   try {
     m = torch::jit::load(path);
@@ -146,9 +132,9 @@ std::unique_ptr<Model> load_torchscript(const std::string& path) {
     throw std::invalid_argument(fmt::format("{}: not a TorchScript module ({})", path, what.substr(0, what.find('\n'))));
   }
   if (!m.find_method("forward")) throw std::invalid_argument(fmt::format("{}: the module has no forward method", path));
-  return std::make_unique<TorchScriptModel>(std::move(m), path);
+  return std::make_unique<TorchScriptTarget>(std::move(m), path);
 }
 
-bool is_torchscript(const Model& model) { return dynamic_cast<const TorchScriptModel*>(&model) != nullptr; }
+bool is_torchscript(const Target& model) { return dynamic_cast<const TorchScriptTarget*>(&model) != nullptr; }
 
 }  // namespace opfuse::rewrite

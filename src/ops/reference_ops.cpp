@@ -1,10 +1,10 @@
-// The reference's Swish variants, kept as the reference wrote them.
+// The reference composites (opfuse/reference_ops.h), kept as their models wrote them.
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
 
-#include "opfuse/models.h"
+#include "opfuse/reference_ops.h"
 
-namespace opfuse::models {
+namespace opfuse::reference {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -39,4 +39,4 @@ at::Tensor composite_se_gate(const at::Tensor& x, const at::Tensor& gate) {
   return torch::sigmoid(gate) * x;
 }
 
-}  // namespace opfuse::models
+}  // namespace opfuse::reference

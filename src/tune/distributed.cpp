@@ -1,4 +1,4 @@
-#include "tune/ranks.h"
+#include "tune/distributed.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -1,9 +1,10 @@
-// Built-in models and the activation variants they switch between.
+// The composites opfuse's ops replace, written as the models they come from write them: the
+// baselines the ops' specs, tests and benchmarks judge the fused ops by.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
-namespace opfuse::models {
+namespace opfuse::reference {
 
 // The reference's "memory efficient" Swish (efficientnet_pytorch SwishImplementation), op for
 // op: forward i·sigmoid(i) saving only i; backward recomputes s = sigmoid(i) and applies
@@ -16,4 +17,4 @@ at::Tensor composite_swish(const at::Tensor& x);
 // The reference's squeeze-and-excitation tail, sigmoid(gate) · x, through autograd.
 at::Tensor composite_se_gate(const at::Tensor& x, const at::Tensor& gate);
 
-}  // namespace opfuse::models
+}  // namespace opfuse::reference

@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "opfuse/workload.h"
-#include "tune/ranks.h"
+#include "tune/distributed.h"
 
 namespace opfuse::tune {
 namespace {
