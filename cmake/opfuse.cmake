@@ -1,7 +1,7 @@
 # Shared build helpers.
 #
-# LibTorch's headers dominate compile time on two cores, so the sources that include
-# torch/torch.h reuse one precompiled header built once from cmake/pch.h (the targets share
+# LibTorch's headers dominate compile time on two cores, so the sources that include them
+# (<torch/...>) reuse one precompiled header built once from cmake/pch.h (the targets share
 # flags, which REUSE_FROM requires). Only those: loading the 700 MB header costs a source that
 # includes little of LibTorch more than it saves (a kernel took 8 s with it, 3 s without; the
 # tune command 21 s against 13 s).
@@ -31,8 +31,9 @@ function(opfuse_target name)
   endif()
 endfunction()
 
-# Whether `file` includes torch/torch.h, itself or through one of the project's headers (quoted
-# includes, looked up beside it, in include/ and in src/).
+# Whether `file` includes LibTorch's own headers (<torch/...>: the API, autograd, the library,
+# TorchScript), itself or through one of the project's headers (quoted includes, looked up beside
+# it, in include/ and in src/). ATen's core headers alone are light.
 function(opfuse_includes_torch file out)
   get_property(known GLOBAL PROPERTY "opfuse_heavy:${file}" SET)
   if(known)
@@ -45,7 +46,7 @@ function(opfuse_includes_torch file out)
   file(STRINGS ${file} includes REGEX "^#include [<\"]")
   get_filename_component(dir ${file} DIRECTORY)
   foreach(line ${includes})
-    if(line MATCHES "^#include <torch/torch\\.h>")
+    if(line MATCHES "^#include <torch/")
       set(heavy ON)
       break()
     endif()
@@ -68,8 +69,8 @@ function(opfuse_includes_torch file out)
   set(${out} ${heavy} PARENT_SCOPE)
 endfunction()
 
-# The precompiled header for the target's sources that include torch/torch.h; the others are
-# compiled without it, and a target with none of them does not wait for it to be built.
+# The precompiled header for the target's sources that include LibTorch's headers; the others
+# are compiled without it, and a target with none of them does not wait for it to be built.
 function(opfuse_precompile_where_heavy name)
   get_target_property(sources ${name} SOURCES)
   get_target_property(source_dir ${name} SOURCE_DIR)

@@ -1,7 +1,7 @@
 // One description per fused op (as PyTorch's OpInfo): its name, how to make its inputs from
 // recorded shapes, the composite it replaces, the best ATen alternative, the opfuse call and the
-// bytes it must move. bench-op, analyze --measure and the op tests read this one table; the
-// specs live beside the ops, in src/ops/specs/<op>_spec.cpp.
+// bytes it must move. bench-op, analyze --measure and the op tests read this one table; each spec
+// lives beside its op (src/ops/<op>/<op>_spec.cpp) and registers itself.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -57,9 +57,15 @@ struct OpSpec {
   std::vector<InputShapes> samples;
 };
 
-// Every op, in the order bench-op lists them.
+// Every registered op, by name.
 const std::vector<OpSpec>& op_specs();
 // nullptr for a name no spec has.
 const OpSpec* find_op_spec(const std::string& name);
+
+// How a spec joins op_specs(): `const OpSpecRegistration silu_registered{silu_spec};` beside it,
+// in the ops library, whose static objects all run as it loads.
+struct OpSpecRegistration {
+  explicit OpSpecRegistration(OpSpec (*make)());
+};
 
 }  // namespace opfuse

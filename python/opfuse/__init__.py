@@ -20,7 +20,7 @@ from . import _native
 
 _C = _native.load(__path__)
 
-from . import compile_peer, distributed, fakes, functional, nn, optim, rewrite  # noqa: E402
+from . import compile_peer, distributed, functional, nn, optim, rewrite  # noqa: E402
 from .workload import make as _make_workload  # noqa: E402
 
 __all__ = ["tune", "patch", "profile", "analyze", "environment", "TuneResult", "Analysis", "functional", "nn", "optim"]

@@ -9,7 +9,7 @@ import torch
 
 @pytest.fixture(scope="module", autouse=True)
 def load_ops(ops_library):
-    import opfuse  # noqa: F401  (registers the ops' fake kernels, python/opfuse/fakes.py)
+    import opfuse  # noqa: F401  (loads the ops, each with its Meta kernel: src/ops/<op>/<op>.cpp)
 
 
 def op(name):

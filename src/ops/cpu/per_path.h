@@ -4,7 +4,7 @@
 // one at run time. No include guard: a kernel file defines OPFUSE_LOOPS, includes this inside
 // its own namespace, and this undefines OPFUSE_LOOPS.
 //
-//   #define OPFUSE_LOOPS "ops/cpu/rms_norm_loops.h"
+//   #define OPFUSE_LOOPS "ops/rms_norm/rms_norm_loops.h"
 //   #include "ops/cpu/per_path.h"
 
 namespace scalar_path {
