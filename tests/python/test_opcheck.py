@@ -104,6 +104,12 @@ def add_rms_norm_backward(with_grad_h):
     return (torch.randn_like(y), torch.randn_like(h) if with_grad_h else None, h, weight, rstd), {}
 
 
+def add_layer_norm_backward(with_grad_h):
+    weight = positive(16)
+    y, h, mean, rstd = call("add_layer_norm_forward", rand(3, 5, 16), rand(3, 5, 16), weight, rand(16), 1e-5)
+    return (torch.randn_like(y), torch.randn_like(h) if with_grad_h else None, h, weight, mean, rstd), {}
+
+
 def attention_backward(q, k, v, causal=False, scale=None, mask=None, mask_grad=False):
     out, stats, seed = call("attention_forward", q, k, v, causal, scale, mask, 0.0, None)
     return (torch.randn_like(out), q, k, v, out, stats, seed, causal, scale, mask, 0.0, mask_grad), {}
@@ -214,6 +220,19 @@ SAMPLES = {
     "add_rms_norm_backward": [
         case("grad_h", lambda: add_rms_norm_backward(with_grad_h=True)),
         case("no_grad_h", lambda: add_rms_norm_backward(with_grad_h=False)),
+    ],
+    "add_layer_norm": [
+        case("contiguous", lambda: ((rand(3, 5, 16, grad=True), rand(3, 5, 16, grad=True),
+                                     positive(16).requires_grad_(), rand(16, grad=True)), {})),
+        case("transposed", lambda: ((transposed(12, 16, grad=True), rand(12, 16, grad=True),
+                                     positive(16).requires_grad_(), rand(16, grad=True), 1e-6), {})),
+    ],
+    "add_layer_norm_forward": [
+        case("contiguous", lambda: ((rand(3, 5, 16), rand(3, 5, 16), positive(16), rand(16), 1e-5), {})),
+    ],
+    "add_layer_norm_backward": [
+        case("grad_h", lambda: add_layer_norm_backward(with_grad_h=True)),
+        case("no_grad_h", lambda: add_layer_norm_backward(with_grad_h=False)),
     ],
     "swiglu": [
         case("contiguous", lambda: ((rand(4, 48, grad=True), rand(4, 48, grad=True)), {})),
