@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "opfuse/ops.h"
-#include "ops/checks.h"
-#include "ops/meta.h"
 #include "ops/adamw/adamw_kernel.h"
+#include "ops/checks.h"
 #include "ops/dense_operands.h"
 #include "ops/dispatch.h"
+#include "ops/meta.h"
 
 namespace opfuse {
 namespace {

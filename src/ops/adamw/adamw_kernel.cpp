@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "ops/cpu/capability.h"
 #include "ops/adamw/adamw_kernel.h"
+#include "ops/cpu/capability.h"
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/paths.h"
 #include "ops/cpu/pieces.h"

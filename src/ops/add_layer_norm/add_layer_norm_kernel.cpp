@@ -25,14 +25,6 @@ namespace opfuse::cpu {
 // The entry points at the end are declared by their one caller, the front end (add_layer_norm.cpp).
 namespace {
 
-constexpr int64_t kBlockElements = 16384;
-int64_t rows_per_block(int64_t d) { return std::max<int64_t>(1, kBlockElements / std::max<int64_t>(1, d)); }
-// The per-block partials of dweight and dbias: few enough rows that their float sums stay within
-// 16 roundings.
-constexpr int64_t kDwRows = 16;
-// Per-column partials are padded to whole vectors of the widest path.
-int64_t padded_length(int64_t d) { return (d + 15) / 16 * 16; }
-
 #define OPFUSE_LOOPS "ops/add_layer_norm/add_layer_norm_loops.h"
 #include "ops/cpu/per_path.h"
 

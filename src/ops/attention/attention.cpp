@@ -12,10 +12,10 @@
 #include <mutex>
 
 #include "opfuse/ops.h"
-#include "ops/checks.h"
-#include "ops/meta.h"
 #include "ops/attention/attention_kernel.h"
+#include "ops/checks.h"
 #include "ops/dispatch.h"
+#include "ops/meta.h"
 
 namespace opfuse {
 namespace {

@@ -11,9 +11,9 @@
 #include <limits>
 #include <vector>
 
+#include "ops/attention/attention_kernel.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/capability.h"
-#include "ops/attention/attention_kernel.h"
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/paths.h"
 

@@ -14,11 +14,11 @@
 #include <cmath>
 
 #include "opfuse/ops.h"
-#include "ops/checks.h"
-#include "ops/meta.h"
-#include "ops/layout.h"
-#include "ops/dispatch.h"
 #include "ops/batch_norm_silu/batch_norm_silu_kernel.h"
+#include "ops/checks.h"
+#include "ops/dispatch.h"
+#include "ops/layout.h"
+#include "ops/meta.h"
 
 namespace opfuse {
 namespace {

@@ -16,10 +16,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "ops/batch_norm_silu/batch_norm_silu_kernel.h"
 #include "ops/cpu/aligned_vector.h"
 #include "ops/cpu/capability.h"
 #include "ops/cpu/grain.h"
-#include "ops/batch_norm_silu/batch_norm_silu_kernel.h"
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/paths.h"
 #include "ops/layout.h"

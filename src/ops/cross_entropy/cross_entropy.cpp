@@ -15,9 +15,9 @@
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
-#include "ops/meta.h"
 #include "ops/cross_entropy/cross_entropy_kernel.h"
 #include "ops/dispatch.h"
+#include "ops/meta.h"
 
 namespace opfuse {
 namespace {

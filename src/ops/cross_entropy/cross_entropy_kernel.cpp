@@ -19,13 +19,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "ops/cpu/blas.h"
 #include "ops/cpu/aligned_vector.h"
+#include "ops/cpu/blas.h"
 #include "ops/cpu/capability.h"
 #include "ops/cpu/grain.h"
-#include "ops/cross_entropy/cross_entropy_kernel.h"
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/paths.h"
+#include "ops/cross_entropy/cross_entropy_kernel.h"
 
 namespace opfuse::cpu {
 namespace {

@@ -11,10 +11,10 @@
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
-#include "ops/meta.h"
-#include "ops/layout.h"
 #include "ops/dispatch.h"
 #include "ops/drop_connect_add/drop_connect_add_kernel.h"
+#include "ops/layout.h"
+#include "ops/meta.h"
 
 namespace opfuse {
 namespace {

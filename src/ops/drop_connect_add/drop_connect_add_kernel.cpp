@@ -12,9 +12,9 @@
 
 #include "ops/cpu/capability.h"
 #include "ops/cpu/grain.h"
-#include "ops/drop_connect_add/drop_connect_add_kernel.h"
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/paths.h"
+#include "ops/drop_connect_add/drop_connect_add_kernel.h"
 
 namespace opfuse::cpu {
 namespace {

@@ -7,9 +7,9 @@
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
+#include "ops/dispatch.h"
 #include "ops/meta.h"
 #include "ops/rms_norm/rms_norm_kernel.h"
-#include "ops/dispatch.h"
 
 namespace opfuse {
 namespace {

@@ -18,19 +18,12 @@
 #include "ops/cpu/aligned_vector.h"
 #include "ops/cpu/capability.h"
 #include "ops/cpu/grain.h"
-#include "ops/rms_norm/rms_norm_kernel.h"
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/paths.h"
+#include "ops/rms_norm/rms_norm_kernel.h"
 
 namespace opfuse::cpu {
 namespace {
-
-constexpr int64_t kBlockElements = 16384;
-int64_t rows_per_block(int64_t d) { return std::max<int64_t>(1, kBlockElements / std::max<int64_t>(1, d)); }
-// dweight's per-block partials: few enough rows that their float sum stays within 16 roundings.
-constexpr int64_t kDwRows = 16;
-// Per-column partials are padded to whole vectors of the widest path.
-int64_t padded_length(int64_t d) { return (d + 15) / 16 * 16; }
 
 #define OPFUSE_LOOPS "ops/rms_norm/rms_norm_loops.h"
 #include "ops/cpu/per_path.h"

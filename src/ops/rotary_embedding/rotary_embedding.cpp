@@ -11,9 +11,9 @@
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
+#include "ops/dispatch.h"
 #include "ops/meta.h"
 #include "ops/rotary_embedding/rotary_embedding_kernel.h"
-#include "ops/dispatch.h"
 
 namespace opfuse {
 namespace {

@@ -13,9 +13,9 @@
 
 #include "ops/cpu/capability.h"
 #include "ops/cpu/grain.h"
-#include "ops/rotary_embedding/rotary_embedding_kernel.h"
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/paths.h"
+#include "ops/rotary_embedding/rotary_embedding_kernel.h"
 
 namespace opfuse::cpu {
 namespace {

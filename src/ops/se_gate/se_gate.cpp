@@ -6,9 +6,9 @@
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
-#include "ops/meta.h"
-#include "ops/layout.h"
 #include "ops/dispatch.h"
+#include "ops/layout.h"
+#include "ops/meta.h"
 #include "ops/se_gate/se_gate_kernel.h"
 
 namespace opfuse {

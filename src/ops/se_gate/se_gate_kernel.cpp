@@ -14,10 +14,10 @@
 #include "ops/cpu/aligned_vector.h"
 #include "ops/cpu/capability.h"
 #include "ops/cpu/grain.h"
-#include "ops/se_gate/se_gate_kernel.h"
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/paths.h"
 #include "ops/layout.h"
+#include "ops/se_gate/se_gate_kernel.h"
 
 namespace opfuse::cpu {
 namespace {

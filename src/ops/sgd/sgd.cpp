@@ -8,10 +8,10 @@
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
-#include "ops/meta.h"
-#include "ops/sgd/sgd_kernel.h"
 #include "ops/dense_operands.h"
 #include "ops/dispatch.h"
+#include "ops/meta.h"
+#include "ops/sgd/sgd_kernel.h"
 
 namespace opfuse {
 namespace {

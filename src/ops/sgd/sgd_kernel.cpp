@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "ops/cpu/capability.h"
-#include "ops/sgd/sgd_kernel.h"
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/paths.h"
 #include "ops/cpu/pieces.h"
+#include "ops/sgd/sgd_kernel.h"
 
 namespace opfuse::cpu {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
-#include "ops/meta.h"
 #include "ops/dispatch.h"
+#include "ops/meta.h"
 #include "ops/silu/silu_kernel.h"
 
 namespace opfuse {

@@ -9,9 +9,9 @@
 
 #include "opfuse/ops.h"
 #include "ops/checks.h"
+#include "ops/dispatch.h"
 #include "ops/meta.h"
 #include "ops/swiglu/swiglu_kernel.h"
-#include "ops/dispatch.h"
 
 namespace opfuse {
 namespace {

@@ -11,9 +11,9 @@
 
 #include "ops/cpu/capability.h"
 #include "ops/cpu/grain.h"
-#include "ops/swiglu/swiglu_kernel.h"
 #include "ops/cpu/lanes.h"
 #include "ops/cpu/paths.h"
+#include "ops/swiglu/swiglu_kernel.h"
 
 namespace opfuse::cpu {
 namespace {
