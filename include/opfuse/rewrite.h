@@ -82,5 +82,8 @@ int rewrite_graph(Target& model, const std::string& pattern, const std::string& 
 
 // Whether the model is a TorchScript module (graph rewrites apply) or a built-in one.
 bool is_torchscript(const Target& model);
+// Writes a TorchScript target's module to path, as torch.jit.save does; throws
+// std::invalid_argument for a target of another kind.
+void save_torchscript(const Target& model, const std::string& path);
 
 }  // namespace opfuse::rewrite

@@ -137,4 +137,10 @@ std::unique_ptr<Target> load_torchscript(const std::string& path) {
 
 bool is_torchscript(const Target& model) { return dynamic_cast<const TorchScriptTarget*>(&model) != nullptr; }
 
+void save_torchscript(const Target& model, const std::string& path) {
+  const auto* ts = dynamic_cast<const TorchScriptTarget*>(&model);
+  if (ts == nullptr) throw std::invalid_argument(fmt::format("{} is no TorchScript module to save as {}", model.name(), path));
+  ts->module.save(path);
+}
+
 }  // namespace opfuse::rewrite

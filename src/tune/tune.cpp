@@ -10,13 +10,13 @@
 #include <thread>
 
 #include "opfuse/bench.h"
+#include "opfuse/efficientnet.h"
 #include "opfuse/measure.h"
 #include "opfuse/profile.h"
 #include "opfuse/stats.h"
 #include "opfuse/trace.h"
-#include "rewrite/targets.h"
-#include "tune/model_workload.h"
 #include "tune/distributed.h"
+#include "tune/model_workload.h"
 
 namespace opfuse::tune {
 namespace {
@@ -604,7 +604,7 @@ RewriteResult rewrite_file(const std::string& in_path, const std::string& out_pa
                                [](const Replacement& r) { return r.kept; });
   if (any) {
     auto& model = dynamic_cast<ModelWorkload&>(*rewritten).model();
-    dynamic_cast<const rewrite::TorchScriptTarget&>(model).module.save(out_path);
+    rewrite::save_torchscript(model, out_path);
     result.written = true;
   }
   return result;
