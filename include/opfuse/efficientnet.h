@@ -17,6 +17,8 @@ namespace opfuse::models {
 // The Swish spellings a model is built with: the reference's memory-efficient autograd Function,
 // x · sigmoid(x) through autograd ("composite"), or torch's silu ("aten").
 const std::vector<std::string>& swish_spellings();
+// Throws std::invalid_argument naming the spellings for one that is none of them.
+void check_swish_spelling(const std::string& spelling);
 
 // One "r1_k3_s11_e1_i32_o16_se0.25" block string, decoded.
 struct BlockArgs {

@@ -40,6 +40,12 @@ const std::vector<std::string>& swish_spellings() {
   return names;
 }
 
+void check_swish_spelling(const std::string& spelling) {
+  const auto& names = swish_spellings();
+  if (std::find(names.begin(), names.end(), spelling) == names.end())
+    throw std::invalid_argument(fmt::format("unknown swish '{}' (expected {})", spelling, fmt::join(names, ", ")));
+}
+
 BlockArgs decode_block_string(const std::string& block) {
   static const std::regex part("([a-z]+)([0-9.]+)");
   BlockArgs a;
@@ -127,11 +133,7 @@ at::Tensor Conv2dStaticSamePaddingImpl::forward(const at::Tensor& x) {
                        at::IntArrayRef{1, 1}, groups_);
 }
 
-SwishImpl::SwishImpl(std::string spelling_) : spelling(std::move(spelling_)) {
-  const auto& names = swish_spellings();
-  if (std::find(names.begin(), names.end(), spelling) == names.end())
-    throw std::invalid_argument(fmt::format("unknown swish '{}' (expected {})", spelling, fmt::join(names, ", ")));
-}
+SwishImpl::SwishImpl(std::string spelling_) : spelling(std::move(spelling_)) { check_swish_spelling(spelling); }
 
 at::Tensor SwishImpl::forward(const at::Tensor& x) {
   if (spelling == "composite") return reference::composite_swish(x);

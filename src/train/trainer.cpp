@@ -45,7 +45,7 @@ std::string fusion_names() {
 
 void validate(const TrainOptions& o) {
   models::efficientnet_params(o.model);  // throws for an unknown model
-  models::Swish check_spelling(o.swish);  // throws for an unknown spelling
+  models::check_swish_spelling(o.swish);
   for (const std::string& rule : o.fuse)
     if (!is_fusion(rule)) throw std::invalid_argument(fmt::format("--fuse {}: unknown fusion ({}, or all)", rule, fusion_names()));
   if (o.image_size != 0 && o.image_size < 32)

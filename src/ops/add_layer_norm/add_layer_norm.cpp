@@ -47,11 +47,6 @@ void check_row_stats(const at::Tensor& s, const at::Tensor& h, const char* op, c
               h.sizes().slice(0, h.dim() - 1), "), got ", s.scalar_type(), " ", s.sizes());
 }
 
-at::Tensor empty_row_stats(const at::Tensor& x) {
-  std::vector<int64_t> rows(x.sizes().begin(), x.sizes().end() - 1);
-  return at::empty(rows, x.options().dtype(at::toOpMathType(x.scalar_type())));
-}
-
 // Returns (y, h, mean, rstd).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_forward_cpu(
     const at::Tensor& x_in, const at::Tensor& r_in, const at::Tensor& w_in, const at::Tensor& b_in, double eps) {
@@ -65,7 +60,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_forwar
   TORCH_CHECK(eps >= 0, kOp, ": eps must not be negative, got ", eps);
   const at::Tensor x = x_in.contiguous(), r = r_in.contiguous(), w = w_in.contiguous(), b = b_in.contiguous();
   at::Tensor h = at::empty_like(x, at::MemoryFormat::Contiguous), y = at::empty_like(h);
-  at::Tensor mean = empty_row_stats(x), rstd = empty_row_stats(x);
+  at::Tensor mean = meta::per_row(x), rstd = meta::per_row(x);
   cpu::add_layer_norm_forward_kernel(x, r, w, b, eps, h, y, mean, rstd);
   return {y, h, mean, rstd};
 }
@@ -141,9 +136,7 @@ class AddLayerNormFunction : public torch::autograd::Function<AddLayerNormFuncti
 // in the accumulation dtype.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_forward_meta(
     const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, const at::Tensor& bias, double eps) {
-  const auto rows = meta::sizes_with_last(x);
-  const at::ScalarType acc = meta::opmath(x.scalar_type());
-  return {meta::dense(x), meta::dense(x), meta::empty(rows, x, acc), meta::empty(rows, x, acc)};
+  return {meta::dense(x), meta::dense(x), meta::per_row(x), meta::per_row(x)};
 }
 
 }  // namespace

@@ -280,7 +280,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_forward_meta(const at::
                                                                       const OptTensor&, double,
                                                                       c10::optional<at::Generator>) {
   return {meta::empty(meta::sizes_with_last(q, v.sym_size(-1)), q),
-          meta::empty(meta::sizes_with_last(q, 2), q, meta::opmath(q.scalar_type())), meta::empty({1}, q, at::kLong)};
+          meta::empty(meta::sizes_with_last(q, 2), q, at::toOpMathType(q.scalar_type())), meta::empty({1}, q, at::kLong)};
 }
 
 }  // namespace
@@ -299,7 +299,7 @@ TORCH_LIBRARY_IMPL(opfuse, Meta, m) {
                                   c10::optional<double> scale, const opfuse::OptTensor& mask, double dropout_p,
                                   bool mask_grad) {
     const at::Tensor dscores =
-        mask_grad ? empty(sizes_with_last(q, k.sym_size(-2)), q, opmath(q.scalar_type())) : at::Tensor();
+        mask_grad ? empty(sizes_with_last(q, k.sym_size(-2)), q, at::toOpMathType(q.scalar_type())) : at::Tensor();
     return std::make_tuple(empty(q.sym_sizes(), q), empty(k.sym_sizes(), k), empty(v.sym_sizes(), v), dscores);
   });
 }

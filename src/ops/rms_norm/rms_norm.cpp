@@ -33,16 +33,11 @@ void check_rstd(const at::Tensor& rstd, const at::Tensor& x, const char* op) {
               at::toOpMathType(x.scalar_type()), ", got ", rstd.scalar_type());
 }
 
-at::Tensor empty_rstd(const at::Tensor& x) {
-  std::vector<int64_t> rows(x.sizes().begin(), x.sizes().end() - 1);
-  return at::empty(rows, x.options().dtype(at::toOpMathType(x.scalar_type())));
-}
-
 std::tuple<at::Tensor, at::Tensor> rms_norm_forward_cpu(const at::Tensor& x_in, const at::Tensor& w_in, double eps) {
   check_arguments(x_in, w_in, "opfuse::rms_norm_forward");
   TORCH_CHECK(eps >= 0, kOp, ": eps must not be negative, got ", eps);
   const at::Tensor x = x_in.contiguous(), w = w_in.contiguous();
-  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous), rstd = empty_rstd(x);
+  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous), rstd = meta::per_row(x);
   cpu::rms_norm_forward_kernel(x, w, eps, y, rstd);
   return {y, rstd};
 }
@@ -73,7 +68,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_forward_cpu(const at
   check_same(x_in, r_in, op, "x", "residual");
   TORCH_CHECK(eps >= 0, "opfuse::add_rms_norm: eps must not be negative, got ", eps);
   const at::Tensor x = x_in.contiguous(), r = r_in.contiguous(), w = w_in.contiguous();
-  at::Tensor h = at::empty_like(x, at::MemoryFormat::Contiguous), y = at::empty_like(h), rstd = empty_rstd(x);
+  at::Tensor h = at::empty_like(x, at::MemoryFormat::Contiguous), y = at::empty_like(h), rstd = meta::per_row(x);
   cpu::add_rms_norm_forward_kernel(x, r, w, eps, h, y, rstd);
   return {y, h, rstd};
 }
@@ -224,18 +219,17 @@ TORCH_LIBRARY_IMPL(opfuse, CPU, m) {
 // per row in the accumulation dtype.
 TORCH_LIBRARY_IMPL(opfuse, Meta, m) {
   using namespace opfuse::meta;
-  auto rstd = [](const at::Tensor& x) { return empty(sizes_with_last(x), x, opmath(x.scalar_type())); };
   m.impl("rms_norm", [](const at::Tensor& x, const at::Tensor& weight, double eps) { return dense(x); });
-  m.impl("rms_norm_forward", [rstd](const at::Tensor& x, const at::Tensor& weight, double eps) {
-    return std::make_tuple(dense(x), rstd(x));
+  m.impl("rms_norm_forward", [](const at::Tensor& x, const at::Tensor& weight, double eps) {
+    return std::make_tuple(dense(x), per_row(x));
   });
   m.impl("rms_norm_backward", [](const at::Tensor& grad, const at::Tensor& x, const at::Tensor& weight,
                                  const at::Tensor& rstd) { return std::make_tuple(dense(x), like(weight)); });
   m.impl("add_rms_norm", [](const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps) {
     return std::make_tuple(dense(x), dense(x));
   });
-  m.impl("add_rms_norm_forward", [rstd](const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
-                                        double eps) { return std::make_tuple(dense(x), dense(x), rstd(x)); });
+  m.impl("add_rms_norm_forward", [](const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                                        double eps) { return std::make_tuple(dense(x), dense(x), per_row(x)); });
   m.impl("add_rms_norm_backward", [](const at::Tensor& grad, const c10::optional<at::Tensor>& grad_h,
                                      const at::Tensor& h, const at::Tensor& weight, const at::Tensor& rstd) {
     return std::make_tuple(dense(h), like(weight));
