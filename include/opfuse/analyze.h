@@ -84,6 +84,9 @@ struct FxRewrite {
 struct PythonRewrite {
   std::string module;
   std::vector<FxRewrite> fx;
+  // The submodule kind (an fx pattern's `silu_module(x)`) that a module computing this rule's
+  // whole chain is of.
+  std::string kind;
 };
 
 struct Rule {
@@ -96,6 +99,9 @@ struct Rule {
   // C++) that takes the place of torch's of the same name.
   std::string optimizer;
   int min_children = 0;    // optimizer steps: how many per-parameter ops make it "unfused"
+  // Optimizer steps: ops that show a step is fused already, however many groups it has (torch's
+  // _fused_adamw_, opfuse::adamw_: each group's one op, so min_children alone would count them).
+  std::vector<std::string> fused_by;
   std::string source;      // the file it came from
 };
 

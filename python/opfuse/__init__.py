@@ -21,6 +21,7 @@ from . import _native
 _C = _native.load(__path__)
 
 from . import compile_peer, distributed, functional, nn, optim, rewrite  # noqa: E402
+from .torch_profiler import TorchProfiler  # noqa: E402
 from .workload import make as _make_workload  # noqa: E402
 
 __all__ = ["tune", "patch", "profile", "analyze", "environment", "TuneResult", "Analysis", "functional", "nn", "optim"]
@@ -331,36 +332,42 @@ def _sum_of_outputs(out):
     return sum(t.float().sum() for t in flatten_tensors(out) if t.is_floating_point())
 
 
-def profile(model, inputs, loss_fn, steps=2, path="opfuse.trace.json", optimizer=None, warmup=3, force=False):
+def profile(model, inputs, loss_fn, steps=2, path="opfuse.trace.json", optimizer=None, warmup=3, force=False,
+            profiler="opfuse"):
     """Writes a Kineto-layout Chrome trace of `steps` training steps of a copy of the model, with
-    module scopes named by the module tree (`features.3.block.1`) and "Module Hierarchy" on every
-    op, so analyze names the module of forward and backward findings. The warm-up steps after the
-    first give the step's unprofiled time, so analyze can leave what profiling adds out of its
-    savings. Returns the path."""
+    module scopes named by the module tree (`features.3.block.1`), so analyze names the module of
+    forward and backward findings. The warm-up steps after the first give the step's unprofiled
+    time, so analyze can leave what profiling adds out of its savings. profiler: "opfuse" (its
+    own RecordFunction profiler: "Module Hierarchy" on every op, compact records) or "torch"
+    (torch.profiler, Kineto's own trace with shapes and allocations, the scopes as user
+    annotations). Returns the path."""
+    if profiler not in ("opfuse", "torch"):
+        raise ValueError(f"profiler must be 'opfuse' or 'torch', got {profiler!r}")
     inputs = _as_inputs(inputs)
     _C.check_output_path(path, force)
     work = PythonWorkload(_copy_of(model), inputs, loss_fn, optimizer, [], calls={})
     _check_runs(work.model, inputs, loss_fn)
     warm = [work.step() for _ in range(warmup)]
-    profiler = _C.Profiler()
+    recorder = _C.Profiler() if profiler == "opfuse" else TorchProfiler()
+    scopes = _C if profiler == "opfuse" else recorder  # what opens and closes a named range
     held = work.held_memory()
-    work.set_profiling(True)
-    profiler.start()
+    work.set_profiling(True, scopes)
+    recorder.start()
     try:
         for i in range(steps):
-            _C.push_scope(f"ProfilerStep#{warmup + i + 1}")
+            scopes.push_scope(f"ProfilerStep#{warmup + i + 1}")
             try:
                 work.step()
             finally:
-                _C.pop_scope()
+                scopes.pop_scope()
     finally:
-        profiler.stop()
+        recorder.stop()
         work.set_profiling(False)
     meta = {"opfuse_version": __version__, "torch_version": torch.__version__, "model": work.name(),
             "threads": torch.get_num_threads(), "batch_size": work.samples_per_step(), "memory_before": held}
     if len(warm) >= 2:  # the first step makes lazy state, and is not the step's usual time
         meta["plain_step_ms"] = statistics.median(warm[1:])
-    profiler.write(path, json.dumps(meta))
+    recorder.write(path, json.dumps(meta))
     return path
 
 

@@ -104,6 +104,23 @@ def add_rms_norm_chain(x, residual, norm):
     return add_rms_norm(x, residual, norm.weight, norm.eps)
 
 
+def add_layer_norm(x, residual, weight, bias, eps):
+    """(layer_norm(x + residual) over the last dimension, x + residual): a GPT-2 or BERT block's
+    residual add and the LayerNorm after it, one pass forward and one backward on the CPU
+    (gradients from both outputs). Elsewhere, and without weight or bias, the composite."""
+    if (x.device.type == "cpu" and weight is not None and bias is not None and x.shape == residual.shape
+            and x.dtype == residual.dtype == weight.dtype == bias.dtype and weight.dim() == 1):
+        return torch.ops.opfuse.add_layer_norm(x, residual, weight, bias, float(eps))
+    h = x + residual
+    return F.layer_norm(h, h.shape[-1:], weight, bias, eps), h
+
+
+def add_layer_norm_chain(x, residual, norm):
+    """(norm(x + residual), x + residual) for an nn.LayerNorm `norm` over the last dimension: the
+    fx rewrite of a residual add whose sum goes into the norm (and maybe on, as the residual)."""
+    return add_layer_norm(x, residual, norm.weight, norm.bias, norm.eps)
+
+
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
 

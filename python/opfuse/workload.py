@@ -260,7 +260,8 @@ def make(native):
             if rule.python_fx:
                 parts.append(f"torch.fx: {len(rule.python_fx)} chain pattern(s) in forwards")
             if rule.optimizer:
-                parts.append(f"torch.optim.{rule.optimizer} -> opfuse.optim.{rule.optimizer}")
+                parts.append(f"torch.optim.{rule.optimizer}'s per-tensor step -> fused (torch's fused=True, "
+                             f"else opfuse.optim.{rule.optimizer})")
             if not parts:
                 return []
 
@@ -285,23 +286,28 @@ def make(native):
             return places
 
         def _swap_optimizer(self, name):
-            """1 when the factory builds a torch.optim.<name> that opfuse.optim.<name> can take over
-            (same param groups and options), which the factory then builds instead; else 0."""
+            """1 when the factory builds a torch.optim.<name> stepping tensor by tensor whose step
+            a fused one can take over (same param groups and options: optim.fused_factory), which
+            the factory then builds instead; else 0."""
+            if type(self.optimizer) is not getattr(torch.optim, name, None) or optim.is_fused(self.optimizer):
+                return 0
             fused = optim.fused_factory(self.optimizer_factory)
-            if type(fused(self.model.parameters())) is not getattr(optim, name, None):
+            if not optim.is_fused(fused(self.model.parameters())):
                 return 0
             self.optimizer_factory = fused
             return 1
 
-        def set_profiling(self, on):
+        def set_profiling(self, on, scopes=native):
+            """Each submodule's forward in a range named by its path, opened and closed by
+            `scopes` (push_scope, pop_scope): opfuse's profiler's, or torch.profiler's."""
             for h in self._hooks:
                 h.remove()
             self._hooks = []
             if on:
                 for path, module in self.model.named_modules():
                     if path:
-                        self._hooks.append(module.register_forward_pre_hook(_open_scope(native, path)))
-                        self._hooks.append(module.register_forward_hook(_close_scope(native)))
+                        self._hooks.append(module.register_forward_pre_hook(_open_scope(scopes, path)))
+                        self._hooks.append(module.register_forward_hook(_close_scope(scopes)))
 
         def save(self, path):
             if self.rank() != 0:  # the model is the same on every rank
@@ -312,13 +318,13 @@ def make(native):
     return PythonWorkload
 
 
-def _open_scope(native, path):
+def _open_scope(scopes, path):
     def hook(module, args):
-        native.push_scope(path)
+        scopes.push_scope(path)
     return hook
 
 
-def _close_scope(native):
+def _close_scope(scopes):
     def hook(module, args, out):
-        native.pop_scope()
+        scopes.pop_scope()
     return hook

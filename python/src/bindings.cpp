@@ -270,6 +270,7 @@ PYBIND11_MODULE(_C, m) {
                                return out;
                              })
       .def_property_readonly("python_module", [](const opfuse::analyze::Rule& r) { return r.python.module; })
+      .def_property_readonly("python_kind", [](const opfuse::analyze::Rule& r) { return r.python.kind; })
       .def_property_readonly("python_fx", [](const opfuse::analyze::Rule& r) { return r.python.fx; })
       .def_property_readonly("optimizer", [](const opfuse::analyze::Rule& r) { return r.optimizer; })
       .def("matches_whole", &matches_whole, py::arg("ops"),

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "analyze/findings.h"
+#include "analyze/op_index.h"
 #include "analyze/repeated_steps.h"
 #include "opfuse/stats.h"
 

@@ -18,11 +18,9 @@ using trace::Trace;
 // whole-µs nesting); another loop differs in most.
 constexpr double kNearlyShared = 0.8;
 
-bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
-
 bool is_training_name(const std::string& name) {
-  return starts_with(name, "Optimizer.") || name.find("Backward") != std::string::npos ||
-         starts_with(name, "autograd::engine::evaluate_function");
+  return name.starts_with("Optimizer.") || name.find("Backward") != std::string::npos ||
+         name.starts_with("autograd::engine::evaluate_function");
 }
 
 double end_of(const Trace& t, int32_t e) { return t.events[e].ts + t.events[e].dur; }
@@ -86,7 +84,7 @@ RepeatedSteps optimizer_steps(const Trace& t, const Links& m) {
   for (const auto& ops : m.threads) {
     std::vector<size_t> at;
     for (size_t i = 0; i < ops.size(); ++i)
-      if (starts_with(t.strings[t.events[ops[i]].name], "Optimizer.step")) at.push_back(i);
+      if (t.strings[t.events[ops[i]].name].starts_with("Optimizer.step")) at.push_back(i);
     if (at.size() > ends.size()) thread = &ops, ends = std::move(at);
   }
   if (ends.size() < 2) return {};

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "analyze/findings.h"
+#include "analyze/op_index.h"
 #include "opfuse/analyze.h"
 
 namespace opfuse::analyze {

@@ -64,6 +64,10 @@ Rule parse_opfuse_rule(const std::string& name, const YAML::Node& n) {
   r.kind = n["kind"] ? scalar(name, n["kind"], "kind") : "elementwise";
   r.source = name;
   if (n["min_children"]) r.min_children = n["min_children"].as<int>();
+  if (const YAML::Node fused = n["fused_by"]) {
+    if (!fused.IsSequence()) fail(name, fused, "fused_by must be a list of op names");
+    for (const auto& op : fused) r.fused_by.push_back(scalar(name, op, "an op name"));
+  }
   const YAML::Node patterns = n["patterns"];
   if (!patterns || !patterns.IsSequence() || patterns.size() == 0) fail(name, n, "rule '" + r.name + "' needs patterns");
   for (const auto& p : patterns) r.patterns.push_back(parse_pattern(name, p));
@@ -81,6 +85,7 @@ Rule parse_opfuse_rule(const std::string& name, const YAML::Node& n) {
   if (const YAML::Node py = n["python"]) {
     if (!py.IsMap()) fail(name, py, "python must be a map with module, fx and/or optimizer");
     if (py["module"]) r.python.module = scalar(name, py["module"], "a python module class");
+    if (py["kind"]) r.python.kind = scalar(name, py["kind"], "a submodule kind");
     // (where rule files before the C++ optimizers named it)
     if (py["optimizer"]) r.optimizer = scalar(name, py["optimizer"], "an opfuse optimizer class");
     if (const YAML::Node fx = py["fx"]) {

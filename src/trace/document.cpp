@@ -33,12 +33,16 @@ struct Key {
 
 // opfuse's metadata: {"memory_before": {"parameters": bytes, …}}, what the model held as the
 // profile began, which the allocations in the trace cannot show; "plain_step_ms", the step's time
-// unprofiled just before, which shows what profiling added. Anything else there is ignored.
+// unprofiled just before, which shows what profiling added; "profiler": "torch.profiler", the
+// trace is torch.profiler's (Kineto's) with opfuse's metadata added, not opfuse's profiler's.
+// Anything else there is ignored.
 void read_opfuse_metadata(value meta, TopLevel& top) {
   if (meta.type() != json_type::object) return;
   for (auto field : meta.get_object()) {
     const std::string_view key = field.unescaped_key().value();
     value v = field.value();
+    if (key == "profiler" && v.type() == json_type::string && v.get_string().value() == "torch.profiler")
+      top.opfuse = false;
     if (key == "plain_step_ms" && v.type() == json_type::number) {
       const double ms = v.get_double();
       if (ms > 0 && ms < 1e9) top.plain_step_us = 1000 * ms;

@@ -15,7 +15,7 @@ namespace opfuse::trace::detail {
 
 // What the top-level object says besides its events.
 struct TopLevel {
-  bool opfuse = false;  // an "opfuse" key: opfuse's own profiler wrote it
+  bool opfuse = false;  // an "opfuse" key not naming torch.profiler: opfuse's own profiler wrote it
   int64_t rank = -1;    // "distributedInfo": {"rank": N}, as Kineto writes for each process
   std::vector<std::pair<std::string, int64_t>> memory_before;  // "opfuse": {"memory_before": {what: bytes}}
   double plain_step_us = 0;                                    // "opfuse": {"plain_step_ms": ms}

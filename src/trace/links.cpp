@@ -12,10 +12,8 @@ namespace {
 constexpr double kSlack = 0.01;    // µs: rounding in ts + dur must not break nesting
 constexpr double kOverhang = 1.0;  // µs a child may run past its parent and still nest
 
-bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-
 bool is_backward_name(const std::string& name) {
-  return starts_with(name, "autograd::engine::evaluate_function") || name.find("Backward") != std::string::npos;
+  return name.starts_with("autograd::engine::evaluate_function") || name.find("Backward") != std::string::npos;
 }
 
 // What a name or category says, decided once per string rather than once per event.
@@ -49,15 +47,15 @@ struct Classifier {
       const std::string& s = t.strings[i];
       for (const auto& [name, kind] : table)
         if (s == name) by_category[i] = kind;
-      flags[i] = (starts_with(s, "ProfilerStep#") ? step_name : 0) | (starts_with(s, "Optimizer.") ? optimizer_name : 0) |
+      flags[i] = (s.starts_with("ProfilerStep#") ? step_name : 0) | (s.starts_with("Optimizer.") ? optimizer_name : 0) |
                  (is_backward_name(s) ? backward_name : 0) | (s == "gpu_user_annotation" ? device_annotation : 0) |
-                 (starts_with(s, "autograd::engine::evaluate_function") ? engine_wrapper : 0);
+                 (s.starts_with("autograd::engine::evaluate_function") ? engine_wrapper : 0);
     }
     // The wrappers are few: look their nodes' names up in one pass over the strings.
     constexpr std::string_view kWrapper = "autograd::engine::evaluate_function: ";
     std::unordered_map<std::string_view, std::vector<uint32_t>> wrappers_of;  // node name → wrapper ids
     for (size_t i = 0; i < t.strings.size(); ++i)
-      if (flags[i] & engine_wrapper && starts_with(t.strings[i], kWrapper))
+      if (flags[i] & engine_wrapper && t.strings[i].starts_with(kWrapper))
         wrappers_of[std::string_view(t.strings[i]).substr(kWrapper.size())].push_back(static_cast<uint32_t>(i));
     node_of.assign(t.strings.size(), 0);
     if (!wrappers_of.empty())
@@ -359,7 +357,7 @@ Links build_links(const Trace& trace) {
   auto flow_kind = [&](const Event& e) {
     const std::string &cat = trace.strings[e.category], &name = trace.strings[e.name];
     if (cat == "async_npu" || name == "torch_to_npu") return torch_to_task;
-    if (cat == "async_acl_npu" || cat == "HostToDevice" || starts_with(name, "HostToDevice")) return api_to_task;
+    if (cat == "async_acl_npu" || cat == "HostToDevice" || name.starts_with("HostToDevice")) return api_to_task;
     if (cat == "async_task_queue" || name == "enqueue_to_dequeue") return task_queue;
     return cat == "fwdbwd" ? fwdbwd : no_flow;
   };

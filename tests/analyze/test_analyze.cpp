@@ -323,6 +323,27 @@ TEST(Analyze, ChainsInsideAParentAndBackwardLocations) {
   EXPECT_EQ(places, (std::vector<std::string>{"blocks.0._swish", "blocks.0._swish (backward)"}));
 }
 
+// An optimizer step of two parameter groups: torch's fused AdamW records one _foreach_add_ (the
+// step counts) and one _fused_adamw_ per group, four ops like a per-tensor step's; the fused op
+// tells them apart. The per-tensor step of the same groups is found.
+TEST(Analyze, AnOptimizerStepAlreadyFusedIsNoFinding) {
+  auto step = [](const std::vector<std::string>& ops) {
+    std::string ev = R"({"ph":"X","cat":"user_annotation","name":"Optimizer.step#AdamW.step","pid":1,"tid":1,"ts":0,"dur":100},)";
+    double ts = 1;
+    for (const std::string& op : ops) {
+      ev += R"({"ph":"X","cat":"cpu_op","name":"aten::)" + op + R"(","pid":1,"tid":1,"ts":)" + std::to_string(ts) +
+            R"(,"dur":10,"args":{"Input Dims":[[64,64],[64,64]],"Input type":["float","float"]}},)";
+      ts += 12;
+    }
+    ev.pop_back();
+    return R"({"opfuse": {}, "traceEvents": [)" + ev + "]}";
+  };
+  const Analysis fused = analyze_text(step({"_foreach_add_", "_fused_adamw_", "_foreach_add_", "_fused_adamw_"}), Backend::cpu);
+  EXPECT_EQ(find(fused, "fused_adamw"), nullptr);
+  const Analysis per_tensor = analyze_text(step({"lerp_", "mul_", "addcmul_", "sqrt", "div", "addcdiv_"}), Backend::cpu);
+  EXPECT_NE(find(per_tensor, "fused_adamw"), nullptr);
+}
+
 // Cross entropy three ways: F.cross_entropy (cross_entropy_loss wrapping log_softmax and
 // nll_loss_nd, each wrapping its own op), the two written out, and autograd's backward of either.
 TEST(Analyze, CrossEntropyForwardSpellingsAndItsBackward) {

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -15,9 +16,11 @@
 
 namespace opfuse::testing {
 
-// Seeds torch from the OS so every run sees new data; the seed is logged on failure.
+// Seeds torch from the OS so every run sees new data; the seed is logged on failure, and
+// OPFUSE_TEST_SEED=N replays it.
 inline uint64_t fresh_seed() {
-  const uint64_t seed = std::random_device{}();
+  const char* replay = std::getenv("OPFUSE_TEST_SEED");
+  const uint64_t seed = replay != nullptr ? std::stoull(replay) : std::random_device{}();
   torch::manual_seed(seed);
   return seed;
 }

@@ -17,7 +17,8 @@
 #include "opfuse/ops.h"
 #include "reference.h"
 
-namespace opfuse::testing {
+// The file's own namespace: the op tests are compiled a few to a unit.
+namespace opfuse::testing::test_adamw {
 namespace {
 
 struct Hyper {
@@ -209,4 +210,4 @@ TEST(AdamW, RefusesToRunUnderAutogradOnALeafThatRequiresGrad) {
 }
 
 }  // namespace
-}  // namespace opfuse::testing
+}  // namespace opfuse::testing::test_adamw

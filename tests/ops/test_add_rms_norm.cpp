@@ -15,7 +15,8 @@
 #include "opfuse/ops.h"
 #include "reference.h"
 
-namespace opfuse::testing {
+// The file's own namespace: the op tests are compiled a few to a unit.
+namespace opfuse::testing::test_add_rms_norm {
 namespace {
 
 struct Bound {
@@ -181,4 +182,4 @@ TEST(AddRmsNorm, BadArgumentsNameTheOp) {
 }
 
 }  // namespace
-}  // namespace opfuse::testing
+}  // namespace opfuse::testing::test_add_rms_norm

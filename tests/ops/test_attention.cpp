@@ -20,7 +20,8 @@
 #include "opfuse/ops.h"
 #include "reference.h"
 
-namespace opfuse::testing {
+// The file's own namespace: the op tests are compiled a few to a unit.
+namespace opfuse::testing::test_attention {
 namespace {
 
 double rtol_for(at::ScalarType t) {
@@ -323,4 +324,4 @@ TEST(Attention, ClearErrors) {
 }
 
 }  // namespace
-}  // namespace opfuse::testing
+}  // namespace opfuse::testing::test_attention

@@ -15,7 +15,8 @@
 #include "opfuse/ops.h"
 #include "reference.h"
 
-namespace opfuse::testing {
+// The file's own namespace: the op tests are compiled a few to a unit.
+namespace opfuse::testing::test_batch_norm_silu {
 namespace {
 
 struct Bound {
@@ -262,4 +263,4 @@ TEST(BatchNormSilu, EmptyBatchInEvalMode) {
 }
 
 }  // namespace
-}  // namespace opfuse::testing
+}  // namespace opfuse::testing::test_batch_norm_silu

@@ -28,7 +28,8 @@
 #include "opfuse/ops.h"
 #include "reference.h"
 
-namespace opfuse::testing {
+// The file's own namespace: the op tests are compiled a few to a unit.
+namespace opfuse::testing::test_cross_entropy {
 namespace {
 
 constexpr int64_t kNone = 0, kMean = 1, kSum = 2;
@@ -435,4 +436,4 @@ TEST(LinearCrossEntropy, BadArgumentsNameTheOpAndTheProblem) {
 }
 
 }  // namespace
-}  // namespace opfuse::testing
+}  // namespace opfuse::testing::test_cross_entropy

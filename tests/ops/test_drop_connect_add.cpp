@@ -8,7 +8,8 @@
 #include "opfuse/ops.h"
 #include "reference.h"
 
-namespace opfuse::testing {
+// The file's own namespace: the op tests are compiled a few to a unit.
+namespace opfuse::testing::test_drop_connect_add {
 namespace {
 
 // efficientnet_pytorch's drop_connect, then the block's residual add.
@@ -152,4 +153,4 @@ TEST(DropConnectAdd, BadArgumentsAreClearErrors) {
 }
 
 }  // namespace
-}  // namespace opfuse::testing
+}  // namespace opfuse::testing::test_drop_connect_add

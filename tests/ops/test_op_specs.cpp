@@ -15,7 +15,8 @@
 #include "opfuse/op_spec.h"
 #include "reference.h"
 
-namespace opfuse::testing {
+// The file's own namespace: the op tests are compiled a few to a unit.
+namespace opfuse::testing::test_op_specs {
 namespace {
 
 constexpr size_t kReference = 0, kOpfuse = 2;
@@ -46,7 +47,7 @@ at::Tensor scaled_tolerance(const at::Tensor& ref, double tol) {
 
 std::string describe(const OpSpec& spec, const InputShapes& shapes) {
   std::string s = spec.name;
-  for (const auto& shape : shapes) s += " " + c10::str(at::IntArrayRef(shape));
+  for (const auto& shape : shapes) s.append(" ").append(c10::str(at::IntArrayRef(shape)));
   return s;
 }
 
@@ -165,4 +166,4 @@ TEST(OpSpecs, BenchShapesMakeCasesOfTheirOwn) {
 }
 
 }  // namespace
-}  // namespace opfuse::testing
+}  // namespace opfuse::testing::test_op_specs

@@ -12,7 +12,8 @@
 #include "opfuse/ops.h"
 #include "reference.h"
 
-namespace opfuse::testing {
+// The file's own namespace: the op tests are compiled a few to a unit.
+namespace opfuse::testing::test_rms_norm {
 namespace {
 
 struct Bound {
@@ -170,4 +171,4 @@ TEST(RmsNorm, BadArgumentsNameTheOp) {
 }
 
 }  // namespace
-}  // namespace opfuse::testing
+}  // namespace opfuse::testing::test_rms_norm

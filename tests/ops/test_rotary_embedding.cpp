@@ -18,7 +18,8 @@
 #include "opfuse/ops.h"
 #include "reference.h"
 
-namespace opfuse::testing {
+// The file's own namespace: the op tests are compiled a few to a unit.
+namespace opfuse::testing::test_rotary_embedding {
 namespace {
 
 struct Bound {
@@ -269,4 +270,4 @@ TEST(RotaryEmbedding, BadArgumentsNameTheOp) {
 }
 
 }  // namespace
-}  // namespace opfuse::testing
+}  // namespace opfuse::testing::test_rotary_embedding

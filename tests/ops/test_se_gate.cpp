@@ -10,7 +10,8 @@
 #include "opfuse/ops.h"
 #include "reference.h"
 
-namespace opfuse::testing {
+// The file's own namespace: the op tests are compiled a few to a unit.
+namespace opfuse::testing::test_se_gate {
 namespace {
 
 struct Bound {
@@ -176,4 +177,4 @@ TEST(SeGate, BadShapesAndDtypesAreClearErrors) {
 }
 
 }  // namespace
-}  // namespace opfuse::testing
+}  // namespace opfuse::testing::test_se_gate

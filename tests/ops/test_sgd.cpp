@@ -16,7 +16,8 @@
 #include "opfuse/ops.h"
 #include "reference.h"
 
-namespace opfuse::testing {
+// The file's own namespace: the op tests are compiled a few to a unit.
+namespace opfuse::testing::test_sgd {
 namespace {
 
 struct Hyper {
@@ -192,4 +193,4 @@ TEST(Sgd, RefusesToRunUnderAutogradOnALeafThatRequiresGrad) {
 }
 
 }  // namespace
-}  // namespace opfuse::testing
+}  // namespace opfuse::testing::test_sgd

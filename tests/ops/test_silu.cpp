@@ -15,7 +15,8 @@
 #include "reference.h"
 #include "ops/dispatch.h"
 
-namespace opfuse::testing {
+// The file's own namespace: the op tests are compiled a few to a unit.
+namespace opfuse::testing::test_silu {
 namespace {
 
 struct Bound {
@@ -217,4 +218,4 @@ TEST(Silu, IntegerAndHalfInputsAreRejectedWithAClearMessage) {
 }
 
 }  // namespace
-}  // namespace opfuse::testing
+}  // namespace opfuse::testing::test_silu

@@ -18,7 +18,8 @@
 #include "opfuse/ops.h"
 #include "reference.h"
 
-namespace opfuse::testing {
+// The file's own namespace: the op tests are compiled a few to a unit.
+namespace opfuse::testing::test_swiglu {
 namespace {
 
 struct Bound {
@@ -196,4 +197,4 @@ TEST(Swiglu, BadArgumentsNameTheOp) {
 }
 
 }  // namespace
-}  // namespace opfuse::testing
+}  // namespace opfuse::testing::test_swiglu

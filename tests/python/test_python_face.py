@@ -265,6 +265,53 @@ def test_add_rms_norm_fx_lets_the_sum_escape_only_to_uses_after_the_norm():
     assert "add_rms_norm" not in done and done.get("rms_norm") == 1, done
 
 
+class _PostNorm(nn.Module):
+    """BERT's output: LayerNorm(dense(x) + residual), the sum used nowhere else; then GPT-2's
+    pre-norm block, whose sum goes on as the residual after ln_2."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense, self.out_norm, self.ln_2 = nn.Linear(24, 24), nn.LayerNorm(24), nn.LayerNorm(24, eps=1e-6)
+        for p in (self.out_norm.weight, self.out_norm.bias, self.ln_2.weight, self.ln_2.bias):
+            nn.init.normal_(p)  # not ones and zeros: a swapped weight and bias would show
+
+    def forward(self, x, r):
+        y = self.out_norm(self.dense(x) + r)
+        h = y + r
+        return h + self.dense(self.ln_2(h))
+
+
+def test_add_layer_norm_fx_fuses_post_norm_and_pre_norm_residuals_with_exact_numerics():
+    x, r = torch.randn(2, 5, 24), torch.randn(2, 5, 24)
+    model = _PostNorm()
+    reference = opfuse.rewrite.copy_model(model)
+    done = dict(opfuse.patch(model, (x, r)))
+    assert done.get("add_layer_norm") == 2, done
+    # float64 against the unrewritten module: output and every gradient
+    xd, rd = x.double().requires_grad_(), r.double().requires_grad_()
+    xe, re = x.double().requires_grad_(), r.double().requires_grad_()
+    ref, got = reference.double(), model.double()
+    (ref(xd, rd) ** 2).sum().backward()
+    (got(xe, re) ** 2).sum().backward()
+    assert torch.allclose(xd.grad, xe.grad, rtol=1e-10, atol=1e-10)
+    assert torch.allclose(rd.grad, re.grad, rtol=1e-10, atol=1e-10)
+    for (n, p), (_, q) in zip(ref.named_parameters(), got.named_parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-10, atol=1e-10), n
+
+
+def test_a_layer_norm_over_two_dimensions_is_not_fused():
+    class TwoDims(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm((5, 24))
+
+        def forward(self, x, r):
+            return self.norm(x + r)
+
+    done = dict(opfuse.patch(TwoDims(), (torch.randn(2, 5, 24), torch.randn(2, 5, 24))))
+    assert "add_layer_norm" not in done, done
+
+
 def test_an_fx_output_must_be_named_in_its_pattern():
     with pytest.raises(ValueError, match="output 'h' is not named"):
         opfuse.rewrite.FxPattern("rms_norm_module(x + r)", "opfuse.add_rms_norm_chain(x, r, rms_norm_module)", ["h"])
@@ -284,8 +331,11 @@ def test_torchs_adamw_is_swapped_for_the_fused_one_after_its_step_verifies(tmp_p
     assert adamw.verified and adamw.kept and adamw.places == 1, adamw
     optimizer = result.optimizer(result.model.parameters())
     reference = adamw_by_dim(result.model.parameters())
-    assert type(optimizer) is opfuse.optim.AdamW
-    assert optimizer.state_dict()["param_groups"] == reference.state_dict()["param_groups"]
+    assert type(optimizer) is torch.optim.AdamW and opfuse.optim.is_fused(optimizer)  # torch's own fused step
+
+    def options(o):
+        return [{k: v for k, v in g.items() if k not in ("fused", "foreach")} for g in o.state_dict()["param_groups"]]
+    assert options(optimizer) == options(reference)
     # The tuned run's trace steps the parameters in one op per group, not torch's per-tensor loop.
     an = opfuse.analyze(str(tmp_path / "adamw" / "tuned.trace.json"))
     assert not any(f["rule"] == "fused_adamw" for f in an.findings)
@@ -301,6 +351,7 @@ def test_an_optimizer_whose_step_is_off_fails_verification(tmp_path, monkeypatch
             for g in self.param_groups:
                 g["lr"] /= 1.001
 
+    monkeypatch.setattr(opfuse.optim, "_torchs_fused", lambda built: None)  # opfuse's class takes over
     monkeypatch.setattr(opfuse.optim, "AdamW", Sloppy)
     model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
     result = opfuse.tune(model, inputs, loss, adamw_by_dim, out=str(tmp_path / "sloppy"), **QUICK)

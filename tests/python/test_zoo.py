@@ -23,13 +23,13 @@ EXPECTED = {
     "llama": LLAMA_LIKE, "qwen2": LLAMA_LIKE, "mistral": LLAMA_LIKE,
     "gemma": {"fused_adamw", "rotary_embedding", "geglu"},
     "phi": {"fused_adamw", "gelu_tanh", "rotary_embedding"},
-    "gpt2": {"fused_adamw", "gelu_tanh"},
+    "gpt2": {"fused_adamw", "gelu_tanh", "add_layer_norm"},
     "t5": {"fused_adamw", "rms_norm"},
-    "bert": {"fused_adamw"},
+    "bert": {"fused_adamw", "add_layer_norm"},
     "timm_efficientnet_b0": {"fused_adamw"},
     "timm_resnet50": {"fused_adamw"},
     "timm_convnext_tiny": {"fused_adamw"},
-    "timm_vit_small_patch16_224": {"fused_adamw"},
+    "timm_vit_small_patch16_224": {"fused_adamw", "add_layer_norm"},
     "efficientnet_pytorch_b0": {"fused_adamw", "silu", "batch_norm_silu", "se_gate"},
 }
 

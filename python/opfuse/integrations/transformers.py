@@ -5,7 +5,7 @@
 
 At the start of training the callback tunes a copy of the model on the first batch (profile,
 rewrite, verify, measure, as `opfuse.tune`), then applies the rewrites it kept to the Trainer's own
-model in place and, when the fused AdamW was kept, steps the Trainer's own optimizer with it: the
+model in place and, when a fused optimizer was kept, steps the Trainer's own optimizer fused: the
 parameters, the optimizer's state and its learning-rate schedule stay the objects the Trainer holds,
 so training goes on as it would have, faster. The random streams are as they would have been without
 the callback (tuning runs under a fork of them), so a run with it matches one without.
@@ -16,10 +16,6 @@ import torch
 from transformers import TrainerCallback
 
 import opfuse
-
-# The Trainer's optimizers whose step opfuse's fused one computes, state for state.
-_STEPPED_BY = {"fused_adamw": (torch.optim.AdamW, "AdamW")}
-
 
 class OpfuseCallback(TrainerCallback):
     """Tunes the Trainer's model on its first batch and trains on with what was kept.
@@ -46,11 +42,13 @@ class OpfuseCallback(TrainerCallback):
         kept = {r.rule for r in self.result.replacements if r.kept}
         with torch.random.fork_rng(devices=[]):
             opfuse.patch(model, inputs, _loss_of_output, rules=self.options.get("rules"), only=kept)
-        for rule, (torch_class, name) in _STEPPED_BY.items():
-            if rule in kept and type(optimizer) is torch_class:
-                # Same state (step, exp_avg, exp_avg_sq) and param_groups, key for key: the object
-                # the Trainer and its scheduler hold steps with opfuse's fused step from here on.
-                optimizer.__class__ = getattr(opfuse.optim, name)
+        # A kept optimizer rule (its `optimizer:` names torch's class it takes over) fuses the
+        # Trainer's own optimizer in place: the object the Trainer and its scheduler hold, its
+        # state and param_groups kept, steps fused from here on.
+        rules = opfuse._rules(self.options.get("rules"), not self.options.get("no_default_rules", False))
+        stepped = {r.optimizer for r in rules if r.name in kept and r.optimizer}
+        if any(type(optimizer) is getattr(torch.optim, name, None) for name in stepped):
+            opfuse.optim.fuse_in_place(optimizer)
 
 
 def _first_batch(dataloader, model):

@@ -1,0 +1,107 @@
+// What every analysis of the findings asks of an op, computed once per trace: its normalised
+// name and its class (elementwise, matrix product, copy or view), its tensor inputs' shapes and
+// bytes, and its cost (host time less profiling's, or the device time it launched).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "opfuse/analyze.h"
+
+namespace opfuse::analyze {
+
+using Shape = std::vector<int64_t>;
+
+// "aten::mul" → "mul"; "autograd::engine::evaluate_function: MulBackward0" → "MulBackward0";
+// a C++ autograd function's node "torch::autograd::CppNode<opfuse::(anonymous namespace)::SiluFunction>"
+// → "CppNode<SiluFunction>", as a pattern can name it.
+std::string normalise(const std::string& name);
+
+int64_t elements(const Shape& s);
+
+// A recorded "Input type" string ("float;float;Scalar") split into one entry per input.
+std::vector<std::string_view> split_types(const std::string& types);
+
+// Bytes per element of a recorded "Input type" ("float", "c10::BFloat16", "long int" …); 4 when unknown.
+int64_t dtype_bytes(std::string_view type);
+
+// What opfuse's profiler added per op, scope or allocation recorded in a step: the median
+// profiled step's excess over the unprofiled step the trace records, spread over a step's
+// records; 0 without markers or that time.
+double profiler_cost(const trace::Trace& trace, const trace::Links& links);
+
+// Per event, what profiling took inside it at `each` per record: the ops inside an op and the
+// allocations its thread made while it ran (a per-parameter optimizer op makes none, a forward
+// op one or two).
+std::vector<double> profiled_cost_inside(const trace::Trace& trace, const trace::Links& links, double each);
+
+// An op's tensor inputs (scalars and unknown entries dropped). Shapes are interned: equal
+// shapes are one object, so comparing them is comparing pointers.
+struct OpShapes {
+  std::vector<const Shape*> shapes;
+  std::vector<int64_t> bytes;
+  const Shape* single = nullptr;  // the shape every input has, if there is one
+};
+
+class OpIndex {
+ public:
+  // Device backends cost an op by the device time it launched; a CPU trace by its host time less
+  // profiler_us_per_event for each record inside it.
+  OpIndex(const trace::Trace& trace, const trace::Links& links, Backend backend, double profiler_us_per_event);
+
+  const trace::Trace& trace;
+  const trace::Links& links;
+
+  // Per op event, its name's string id (0 for other events): compact, so walking sequences does
+  // not pull in whole events.
+  uint32_t name_id(int32_t e) const { return name_of_op_[e]; }
+  const std::string& name(int32_t e) const { return names_[name_of_op_[e]]; }
+  // Per string id: the name normalised (op names only, else empty).
+  const std::vector<std::string>& names() const { return names_; }
+
+  bool elementwise(int32_t e) const { return elementwise_[name_of_op_[e]]; }
+  bool matrix_product(int32_t e) const { return matrix_product_[name_of_op_[e]]; }
+  bool copy_or_view(int32_t e) const { return copy_or_view_[name_of_op_[e]]; }
+
+  const OpShapes& shapes(int32_t e);
+
+  // An op's cost: its host time less what profiling the ops inside it took, or on device
+  // backends the device time of what it launched.
+  double time(int32_t e) const;
+  double recorded_time(int32_t e) const;
+  double host_time(int32_t e) const;
+  double device_time(int32_t e) const { return device_time_.empty() ? 0 : device_time_[e]; }
+  bool less_profiling() const { return !profiled_cost_.empty(); }
+
+  // f(ops, count, parent): each thread's top-level ops (parent −1), then the children of every
+  // op that has some. These are what a fusion can replace: top-level ops (nested ones dropped,
+  // as the Ascend advisor does) and the ops inside a wrapper (SwishImplementation → sigmoid, mul).
+  template <class F>
+  void for_each_sequence(F&& f) const {
+    for (const auto& thread : links.threads) f(thread.data(), thread.size(), -1);
+    for (int32_t e = 0; e < static_cast<int32_t>(trace.events.size()); ++e)
+      if (links.kind[e] == trace::Kind::op && links.child_count(e) > 0) f(links.children_of(e), links.child_count(e), e);
+  }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<uint32_t> name_of_op_;
+  std::vector<char> elementwise_, matrix_product_, copy_or_view_;  // per string id
+  // OpShapes by (dims, types) string ids: per dims id a short chain of entries, one per types id.
+  struct ShapeEntry {
+    uint32_t types;
+    int32_t next;
+    OpShapes shapes;
+  };
+  std::vector<int32_t> shapes_by_dims_;   // per string id: its first entry, or -1
+  std::deque<ShapeEntry> shape_entries_;  // a deque: references into it stay valid
+  std::set<Shape> distinct_shapes_;       // what OpShapes point into
+  std::vector<double> device_time_;       // per event on device backends: what it launched took
+  std::vector<double> profiled_cost_;     // per event, when the trace shows it: the profiler's cost inside
+};
+
+}  // namespace opfuse::analyze
