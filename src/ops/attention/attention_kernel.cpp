@@ -183,6 +183,7 @@ void forward_impl(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tens
   std::vector<Scratch<A>> scratch = scratch_per_thread<A>(p, false);
   at::parallel_for(0, int64_t(heads.size()) * blocks, 1, [&](int64_t begin, int64_t end) {
     Scratch<A>& w = scratch[at::get_thread_num()];
+    const OneBlasThread one_blas_thread;
     for (int64_t t = begin; t < end; ++t) {
       const int64_t bh = t / blocks, i0 = (t % blocks) * p.tile, rows = std::min(p.tile, p.T - i0);
       OPFUSE_ON_PATH(T, forward_block,
@@ -210,6 +211,7 @@ void backward_impl(const at::Tensor& dout_in, const at::Tensor& q_in, const at::
   std::vector<Scratch<A>> scratch = scratch_per_thread<A>(p, true);
   at::parallel_for(0, int64_t(heads.size()), 1, [&](int64_t begin, int64_t end) {
     Scratch<A>& w = scratch[at::get_thread_num()];
+    const OneBlasThread one_blas_thread;
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / H, h = bh % H;
       const Grad<A> g{dout.data_ptr<A>() + b * dout.stride(0) + h * dout.stride(1),

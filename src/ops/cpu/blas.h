@@ -12,6 +12,9 @@ void sgemm_(const char* transa, const char* transb, const int* m, const int* n, 
 void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
             const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
             const int* ldc);
+// MKL's C entry (pip's libtorch_cpu exports it; its lower-case names are the Fortran one, which
+// takes a pointer); absent from other BLAS libraries, so weak: null there.
+int MKL_Set_Num_Threads_Local(int threads) __attribute__((weak));
 }
 
 namespace opfuse::cpu {
@@ -30,5 +33,23 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A alpha, 
   else
     dgemm_(&tb, &ta, &N, &M, &K, &alpha, b, &LDB, a, &LDA, &beta, c, &LDC);
 }
+
+// One BLAS thread for the products of one parallel task while it lives. MKL's results depend on
+// the threads it may use even where it runs on one: inside at::parallel_for under
+// at::set_num_threads(2), attention's float64 tiles came out 1e-15 off the one-thread run's
+// (Sapphire Rapids; MKL_CBWR=AUTO,STRICT gave the same bits). Pinned to one, a task's products
+// are the same whatever the thread count. Other BLAS libraries have no such switch.
+class OneBlasThread {
+ public:
+  OneBlasThread() : previous_(MKL_Set_Num_Threads_Local ? MKL_Set_Num_Threads_Local(1) : 0) {}
+  ~OneBlasThread() {
+    if (MKL_Set_Num_Threads_Local) MKL_Set_Num_Threads_Local(previous_);
+  }
+  OneBlasThread(const OneBlasThread&) = delete;
+  OneBlasThread& operator=(const OneBlasThread&) = delete;
+
+ private:
+  int previous_;
+};
 
 }  // namespace opfuse::cpu
