@@ -6,7 +6,7 @@ set -eu
 root="$(cd "$(dirname "$0")/.." && pwd)"
 size="${1:-96}" batch="${2:-16}" rounds="${3:-5}"
 top -bn1 | sed -n '7,12p'   # others busy? (a figure from a busy machine means little)
-PYTHONPATH="$root/python" python3 - "$root" "$size" "$batch" "$rounds" <<'PY'
+PYTHONPATH="$root/python" "$root/.venv/bin/python" - "$root" "$size" "$batch" "$rounds" <<'PY'
 import sys, tempfile, torch
 root, size, batch, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 sys.path.insert(0, root + "/tests/python/models")

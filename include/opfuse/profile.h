@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,23 @@ class Profiler {
   // "opfuse" object. Throws std::runtime_error naming the file on I/O failure.
   void write(const std::string& path, const nlohmann::json& metadata) const;
 };
+
+// What records a profiled step: opfuse's Profiler (opfuse_recorder) or one a front end brings
+// (from Python, torch.profiler). Its scopes name the step ("ProfilerStep#3") and each module's
+// forward, as user annotations.
+class Recorder {
+ public:
+  virtual ~Recorder() = default;
+  virtual void start() = 0;
+  virtual void stop() = 0;
+  virtual void push_scope(const std::string& name) = 0;
+  virtual void pop_scope() = 0;  // closes the innermost open scope
+  // metadata: JSON text, written as the trace's top-level "opfuse" object.
+  virtual void write(const std::string& path, const std::string& metadata) = 0;
+};
+
+// opfuse's own Profiler as a Recorder; throws std::logic_error if another is running.
+std::shared_ptr<Recorder> opfuse_recorder();
 
 // Bytes a model holds on the CPU between steps, each storage counted once, by what:
 // "parameters", "optimizer state" (the tensors of torch::optim's SGD, Adam and AdamW states),

@@ -12,9 +12,16 @@
 #include "opfuse/analyze.h"
 #include "opfuse/measure.h"
 
+namespace opfuse::profile {
+class Recorder;  // opfuse/profile.h
+}
+
 namespace opfuse::tune {
 
 class Workload;  // opfuse/workload.h (LibTorch types; the report needs none of them)
+
+// What makes the recorder of each profile; empty: opfuse's own profiler.
+using RecorderFactory = std::function<std::shared_ptr<profile::Recorder>()>;
 
 // One positional input of a TorchScript model's forward, as --input-shape gives it:
 // "16,3,224,224" (float32, normal), "8,64:int64:32000" (integers uniform in [0, 32000): token
@@ -49,6 +56,7 @@ struct TuneOptions {
   std::vector<analyze::Rule> rules;
   std::string out_dir;  // where traces and the tuned model go; must exist
   bool measure_ops = true;  // time opfuse ops at the trace's shapes for the saving estimates
+  RecorderFactory recorder;  // what profiles (Python: torch.profiler on request)
 };
 
 // Verification runs baseline and rewritten model on the same input, parameters and random streams
@@ -167,6 +175,18 @@ void validate(const TuneOptions& options);
 // The options every workload's loop reads (steps, rounds, out_dir, …).
 void validate_loop(const TuneOptions& options);
 
+// How a workload is profiled: as tune profiles its baseline, and opfuse.profile() a Python model.
+struct ProfileOptions {
+  int warmup = 3;      // steps first; the last few (after the first) give the step's unprofiled time
+  int steps = 2;       // steps profiled
+  int first_step = 0;  // the first profiled step's number, for "ProfilerStep#N" (0: warmup + 1)
+  RecorderFactory recorder;
+  std::function<void(int done, int total)> progress;  // over the warm-up
+};
+// Warms w up and writes the profile of its next steps to path: a Chrome trace in Kineto's layout
+// with opfuse's metadata (the step's unprofiled time among it, for analyze). w trains on.
+void record_profile(Workload& w, const ProfileOptions& options, const std::string& path);
+
 // Verifies `candidate` against `baseline` in float64 and float32 (neither is changed: both run as
 // clones). Also what opfuse.patch() runs for each rewrite.
 Verdict verify(const Workload& baseline, const Workload& candidate, uint64_t seed);
@@ -182,6 +202,11 @@ TuneResult tune(const TuneOptions& options, const Hooks& hooks = {});
 // clone with the kept rewrites) when any rewrite verified.
 TuneResult tune(const Workload& pristine, const TuneOptions& options, const Hooks& hooks,
                 std::shared_ptr<Workload>* tuned = nullptr);
+
+// Applies to `model` itself, one after another, every rewrite of the rules whose result still
+// verifies (on a clone) against the model as it was; what failed leaves the model as it was.
+// opfuse.patch() and `opfuse rewrite` run it. Returns each rewrite that applied: places, verdict, kept.
+std::vector<Replacement> patch(Workload& model, const std::vector<analyze::Rule>& rules, uint64_t seed);
 
 // `opfuse rewrite`: the TorchScript rewrites of every rule applied and verified on inputs made
 // as options.inputs says; the rewritten module is written to out_path only when at least one verified.

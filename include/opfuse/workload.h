@@ -15,6 +15,10 @@
 
 #include "opfuse/analyze.h"
 
+namespace opfuse::profile {
+class Recorder;  // opfuse/profile.h
+}
+
 namespace opfuse::tune {
 
 // One training-mode forward and backward: every tensor the forward returned and every parameter's
@@ -59,8 +63,9 @@ class Workload {
   virtual Probe probe(at::ScalarType dtype, uint64_t seed, double nudge) = 0;
   // The rewrites that may answer this rule on this kind of workload.
   virtual std::vector<Rewrite> rewrites_for(const analyze::Rule& rule) const = 0;
-  // Called around profiled steps: a Python model opens its module scopes only then.
-  virtual void set_profiling(bool /*on*/) {}
+  // Called around profiled steps with the recorder profiling them, then with nullptr: a Python
+  // model opens a scope per module in it only then.
+  virtual void set_profiling(profile::Recorder* /*recorder*/) {}
   // Bytes held on the CPU between steps by what ("parameters", "optimizer state", "inputs"),
   // written with a profile (see profile::held_memory); empty when not known.
   virtual std::map<std::string, int64_t> held_memory() { return {}; }

@@ -10,7 +10,6 @@ The loop, the analysis and the profiler are opfuse's C++ core (opfuse._C), the s
 """
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -21,13 +20,15 @@ from . import _native
 _C = _native.load(__path__)
 
 from . import compile_peer, distributed, functional, nn, optim, rewrite  # noqa: E402
-from .torch_profiler import TorchProfiler  # noqa: E402
+from .torch_profiler import make as _make_torch_profiler  # noqa: E402
 from .workload import make as _make_workload  # noqa: E402
 
 __all__ = ["tune", "patch", "profile", "analyze", "environment", "TuneResult", "Analysis", "functional", "nn", "optim"]
 __version__ = "0.1.0"
 
 PythonWorkload = _make_workload(_C)
+TorchProfiler = _make_torch_profiler(_C)
+PROFILERS = {"opfuse": None, "torch": TorchProfiler}  # what records a profile: None, opfuse's own
 
 RUN_FILES = ("report.json", "report.html", "baseline.trace.json", "tuned.trace.json")
 
@@ -183,7 +184,7 @@ def environment():
 
 def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules=False, out=None, force=False,
          min_gain=0.02, steps=3, rounds=5, max_rounds=20, keep_inconclusive=False, warmup=2, profile_steps=2, seed=0,
-         threads=0, measure_ops=True, quiet=False, group=None, compare_compile=False):
+         threads=0, measure_ops=True, quiet=False, group=None, compare_compile=False, profiler="opfuse"):
     """Profiles training steps of `model`, finds the chains the rules name, replaces each on a copy
     with a fused op, verifies outputs and every gradient (float64 and float32), measures baseline
     and rewrites alternating in paired rounds, and keeps what verified and whose gain's 95%
@@ -207,7 +208,9 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
     compare_compile: also measure the baseline and the tuned model under torch.compile, all four in
                the same paired rounds, with each compiled variant's time to be ready (report.json's
                "compile", and a table in the text)
+    profiler:  what records the profiles: "opfuse" (its own, compact) or "torch" (torch.profiler)
     """
+    recorder = _recorder(profiler)
     for name, value in (("steps", steps), ("rounds", rounds), ("profile_steps", profile_steps)):
         if value < 1:
             raise ValueError(f"{name} must be at least 1")
@@ -238,7 +241,7 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
         pristine.samples = sum(int(n) for n in ranks.gather(str(pristine.samples)))
     options = dict(out_dir=folder, steps=steps, rounds=rounds, max_rounds=max_rounds, warmup=warmup,
                    profile_steps=profile_steps, min_gain=min_gain, keep_inconclusive=keep_inconclusive, seed=seed,
-                   threads=threads, measure_ops=measure_ops)
+                   threads=threads, measure_ops=measure_ops, recorder=recorder)
     if compare_compile and ranks is not None:
         raise ValueError("compare_compile measures one process; run it without torch.distributed")
     started = time.perf_counter()
@@ -298,30 +301,20 @@ def _write(path, text):
 
 
 def patch(model, inputs, loss_fn=None, rules=None, only=None):
-    """Applies to `model` itself every rewrite that verifies on these inputs (outputs and, with a
-    loss_fn, every gradient, in float64 and in float32 as tune verifies), without measuring.
-    only: the rule names to apply (say, those a tune kept); default all. Returns [(rule, places)]
-    of what was replaced; a rewrite that fails verification leaves the model as it was. The
-    model's parameters stay the same objects, so an optimizer made for it trains on."""
+    """Applies to `model` itself, one after another, every rewrite whose result still verifies on
+    these inputs (outputs and, with a loss_fn, every gradient, in float64 and in float32 as tune
+    verifies), without measuring: tune's patch, from C++. only: the rule names to apply (say, those
+    a tune kept); default all. Returns [(rule, places)] of what was replaced; a rewrite that fails
+    verification leaves the model as it was. The model's parameters stay the same objects, so an
+    optimizer made for it trains on."""
     inputs = _as_inputs(inputs)
     _copy_of(model)
     _check_runs(model, inputs, loss_fn)
-    rule_list = [r for r in _rules(rules) if only is None or r.name in only]
+    # The model's own rewrites: its optimizer is the caller's, not a factory opfuse may swap.
+    rule_list = [r for r in _rules(rules) if (only is None or r.name in only) and (r.python_module or r.python_fx)]
     loss = loss_fn if loss_fn is not None else _sum_of_outputs
-    original = PythonWorkload(model, inputs, loss, None, rule_list)
-    reference = original.clone()
-    done = []
-    for rule in rule_list:
-        if not (rule.python_module or rule.python_fx):
-            continue
-        candidate = reference.clone()
-        if candidate.apply(rule) == 0:
-            continue
-        if _C.verify(reference, candidate, _VERIFY_SEED)[0]:
-            places = original.apply(rule)  # 0 where an earlier rule took every place (add_rms_norm's norms)
-            if places:
-                done.append((rule.name, places))
-    return done
+    work = PythonWorkload(model, inputs, loss, None, rule_list)
+    return [(r["rule"], r["places"]) for r in _C.patch(work, rule_list, _VERIFY_SEED) if r["kept"]]
 
 
 _VERIFY_SEED = 11
@@ -336,39 +329,26 @@ def profile(model, inputs, loss_fn, steps=2, path="opfuse.trace.json", optimizer
             profiler="opfuse"):
     """Writes a Kineto-layout Chrome trace of `steps` training steps of a copy of the model, with
     module scopes named by the module tree (`features.3.block.1`), so analyze names the module of
-    forward and backward findings. The warm-up steps after the first give the step's unprofiled
-    time, so analyze can leave what profiling adds out of its savings. profiler: "opfuse" (its
-    own RecordFunction profiler: "Module Hierarchy" on every op, compact records) or "torch"
-    (torch.profiler, Kineto's own trace with shapes and allocations, the scopes as user
-    annotations). Returns the path."""
-    if profiler not in ("opfuse", "torch"):
-        raise ValueError(f"profiler must be 'opfuse' or 'torch', got {profiler!r}")
+    forward and backward findings: tune's profiling loop, from C++. The warm-up steps after the
+    first give the step's unprofiled time, so analyze can leave what profiling adds out of its
+    savings. profiler: "opfuse" (its own RecordFunction profiler: compact records) or "torch"
+    (torch.profiler, Kineto's own trace with shapes and allocations). Returns the path."""
+    recorder = _recorder(profiler)
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"profile needs steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
     inputs = _as_inputs(inputs)
     _C.check_output_path(path, force)
     work = PythonWorkload(_copy_of(model), inputs, loss_fn, optimizer, [], calls={})
     _check_runs(work.model, inputs, loss_fn)
-    warm = [work.step() for _ in range(warmup)]
-    recorder = _C.Profiler() if profiler == "opfuse" else TorchProfiler()
-    scopes = _C if profiler == "opfuse" else recorder  # what opens and closes a named range
-    held = work.held_memory()
-    work.set_profiling(True, scopes)
-    recorder.start()
-    try:
-        for i in range(steps):
-            scopes.push_scope(f"ProfilerStep#{warmup + i + 1}")
-            try:
-                work.step()
-            finally:
-                scopes.pop_scope()
-    finally:
-        recorder.stop()
-        work.set_profiling(False)
-    meta = {"opfuse_version": __version__, "torch_version": torch.__version__, "model": work.name(),
-            "threads": torch.get_num_threads(), "batch_size": work.samples_per_step(), "memory_before": held}
-    if len(warm) >= 2:  # the first step makes lazy state, and is not the step's usual time
-        meta["plain_step_ms"] = statistics.median(warm[1:])
-    recorder.write(path, json.dumps(meta))
+    _C.profile(work, path, steps, warmup, recorder)
     return path
+
+
+def _recorder(profiler):
+    """What makes the Recorder of each profile (None: opfuse's own profiler)."""
+    if profiler not in PROFILERS:
+        raise ValueError(f"profiler must be 'opfuse' or 'torch', got {profiler!r}")
+    return PROFILERS[profiler]
 
 
 def analyze(path_or_paths, rules=None, no_default_rules=False, measure=False, top=15, backend="auto", steps=0):

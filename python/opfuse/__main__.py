@@ -43,6 +43,8 @@ def main(argv=None):
     t.add_argument("--keep-inconclusive", action="store_true", help="keep replacements still unclear after --max-rounds")
     t.add_argument("--warmup", type=int, default=2)
     t.add_argument("--profile-steps", type=int, default=2)
+    t.add_argument("--profiler", choices=("opfuse", "torch"), default="opfuse",
+                   help="what records the profiles: opfuse's own profiler or torch.profiler (Kineto)")
     t.add_argument("--threads", type=int, default=0, help="intra-op threads (0: all cores)")
     t.add_argument("--json", help="also write report.json's content to FILE")
     t.add_argument("--compare-compile", action="store_true",
@@ -76,7 +78,8 @@ def main(argv=None):
                              no_default_rules=args.no_default_rules, out=args.out, force=args.force,
                              min_gain=args.min_gain, steps=args.steps, rounds=args.rounds,
                              max_rounds=args.max_rounds, keep_inconclusive=args.keep_inconclusive, warmup=args.warmup,
-                             profile_steps=args.profile_steps, compare_compile=args.compare_compile)
+                             profile_steps=args.profile_steps, compare_compile=args.compare_compile,
+                             profiler=args.profiler)
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"opfuse: {e}", file=sys.stderr)
         return 2

@@ -297,17 +297,17 @@ def make(native):
             self.optimizer_factory = fused
             return 1
 
-        def set_profiling(self, on, scopes=native):
-            """Each submodule's forward in a range named by its path, opened and closed by
-            `scopes` (push_scope, pop_scope): opfuse's profiler's, or torch.profiler's."""
+        def set_profiling(self, recorder):
+            """Each submodule's forward in a scope named by its path, opened and closed by the
+            recorder profiling the steps (opfuse's profiler or torch.profiler); None: no scopes."""
             for h in self._hooks:
                 h.remove()
             self._hooks = []
-            if on:
+            if recorder is not None:
                 for path, module in self.model.named_modules():
                     if path:
-                        self._hooks.append(module.register_forward_pre_hook(_open_scope(scopes, path)))
-                        self._hooks.append(module.register_forward_hook(_close_scope(scopes)))
+                        self._hooks.append(module.register_forward_pre_hook(_open_scope(recorder, path)))
+                        self._hooks.append(module.register_forward_hook(_close_scope(recorder)))
 
         def save(self, path):
             if self.rank() != 0:  # the model is the same on every rank
@@ -318,13 +318,13 @@ def make(native):
     return PythonWorkload
 
 
-def _open_scope(scopes, path):
+def _open_scope(recorder, path):
     def hook(module, args):
-        scopes.push_scope(path)
+        recorder.push_scope(path)
     return hook
 
 
-def _close_scope(scopes):
+def _close_scope(recorder):
     def hook(module, args, out):
-        scopes.pop_scope()
+        recorder.pop_scope()
     return hook

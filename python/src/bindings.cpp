@@ -32,15 +32,39 @@ using opfuse::tune::Workload;
 
 namespace {
 
-// A workload made in Python lives as long as C++ holds it: the shared_ptr keeps the Python
-// object (and so its Python half) alive, and drops it under the GIL.
-std::shared_ptr<Workload> hold(py::object o) {
-  auto* w = o.cast<Workload*>();
+// An object made in Python (a Workload, a Recorder) lives as long as C++ holds it: the
+// shared_ptr keeps the Python object (and so its Python half) alive, and drops it under the GIL.
+template <class T>
+std::shared_ptr<T> hold(py::object o) {
+  auto* t = o.cast<T*>();
   auto* keep = new py::object(std::move(o));
-  return std::shared_ptr<Workload>(w, [keep](Workload*) {
+  return std::shared_ptr<T>(t, [keep](T*) {
     py::gil_scoped_acquire gil;
     delete keep;
   });
+}
+
+using opfuse::profile::Recorder;
+
+class PyRecorder : public Recorder {
+ public:
+  void start() override { PYBIND11_OVERRIDE_PURE(void, Recorder, start); }
+  void stop() override { PYBIND11_OVERRIDE_PURE(void, Recorder, stop); }
+  void push_scope(const std::string& name) override { PYBIND11_OVERRIDE_PURE(void, Recorder, push_scope, name); }
+  void pop_scope() override { PYBIND11_OVERRIDE_PURE(void, Recorder, pop_scope); }
+  void write(const std::string& path, const std::string& metadata) override {
+    PYBIND11_OVERRIDE_PURE(void, Recorder, write, path, metadata);
+  }
+};
+
+// make(): a new Recorder (a Python one: torch.profiler); None: opfuse's own profiler. Held by
+// reference: the factory is copied while the GIL is released.
+opfuse::tune::RecorderFactory recorder_factory(const py::object& make) {
+  if (make.is_none()) return {};
+  return [&make]() {
+    py::gil_scoped_acquire gil;
+    return hold<Recorder>(make());
+  };
 }
 
 const char* dtype_name(at::ScalarType t) { return t == at::kDouble ? "float64" : t == at::kFloat ? "float32" : "bfloat16"; }
@@ -52,7 +76,7 @@ class PyWorkload : public Workload {
   int64_t samples_per_step() const override { PYBIND11_OVERRIDE_PURE(int64_t, Workload, samples_per_step); }
   std::string sample_unit() const override { PYBIND11_OVERRIDE(std::string, Workload, sample_unit); }
   double step() override { PYBIND11_OVERRIDE_PURE(double, Workload, step); }
-  void set_profiling(bool on) override { PYBIND11_OVERRIDE(void, Workload, set_profiling, on); }
+  void set_profiling(Recorder* recorder) override { PYBIND11_OVERRIDE(void, Workload, set_profiling, recorder); }
   std::map<std::string, int64_t> held_memory() override {
     using Held = std::map<std::string, int64_t>;
     PYBIND11_OVERRIDE(Held, Workload, held_memory);
@@ -68,7 +92,7 @@ class PyWorkload : public Workload {
 
   std::shared_ptr<Workload> clone() const override {
     py::gil_scoped_acquire gil;
-    return hold(override_of("clone")());
+    return hold<Workload>(override_of("clone")());
   }
 
   Probe probe(at::ScalarType dtype, uint64_t seed, double nudge) override {
@@ -164,8 +188,6 @@ bool matches_whole(const opfuse::analyze::Rule& rule, const std::vector<std::str
   return false;
 }
 
-thread_local std::vector<std::unique_ptr<opfuse::profile::Scope>> scopes;
-
 py::dict tune_workload(const Workload& w, const std::vector<opfuse::analyze::Rule>& rules, const py::dict& kw,
                        const py::object& on_stage, const py::object& on_progress) {
   opfuse::tune::TuneOptions o;
@@ -181,6 +203,8 @@ py::dict tune_workload(const Workload& w, const std::vector<opfuse::analyze::Rul
   o.seed = kw["seed"].cast<uint64_t>();
   o.threads = kw["threads"].cast<int>();
   o.measure_ops = kw["measure_ops"].cast<bool>();
+  const py::object make_recorder = kw["recorder"];
+  o.recorder = recorder_factory(make_recorder);
   // The hooks hold the callbacks by reference: they are copied while the GIL is released.
   opfuse::tune::Hooks hooks;
   if (!on_stage.is_none())
@@ -332,18 +356,43 @@ PYBIND11_MODULE(_C, m) {
   m.def("analyze", &analyze_paths, py::arg("paths"), py::arg("rules"), py::arg("measure") = false, py::arg("top") = 15,
         py::arg("backend") = "auto", py::arg("steps") = 0);
 
-  py::class_<opfuse::profile::Profiler>(m, "Profiler")
+  py::class_<Recorder, PyRecorder, std::shared_ptr<Recorder>>(m, "Recorder",
+                                                              "what records a profile: subclass it, or opfuse_recorder()")
       .def(py::init<>())
-      .def("start", &opfuse::profile::Profiler::start)
-      .def("stop", &opfuse::profile::Profiler::stop)
-      .def("event_count", &opfuse::profile::Profiler::event_count)
-      .def("write", [](const opfuse::profile::Profiler& p, const std::string& path, const std::string& metadata) {
-        p.write(path, nlohmann::json::parse(metadata));
-      });
-  m.def("push_scope", [](const std::string& name) { scopes.push_back(std::make_unique<opfuse::profile::Scope>(name)); });
-  m.def("pop_scope", []() {
-    if (!scopes.empty()) scopes.pop_back();
-  });
+      .def("start", &Recorder::start)
+      .def("stop", &Recorder::stop)
+      .def("push_scope", &Recorder::push_scope, py::arg("name"))
+      .def("pop_scope", &Recorder::pop_scope)
+      .def("write", &Recorder::write, py::arg("path"), py::arg("metadata"));
+  m.def("opfuse_recorder", &opfuse::profile::opfuse_recorder, "opfuse's own profiler, as a Recorder");
+  m.def(
+      "profile",
+      [](Workload& w, const std::string& path, int steps, int warmup, const py::object& make_recorder) {
+        opfuse::tune::ProfileOptions o;
+        o.steps = steps, o.warmup = warmup;
+        o.recorder = recorder_factory(make_recorder);
+        py::gil_scoped_release no_gil;  // as in tune: the workload takes it for its Python half
+        opfuse::tune::record_profile(w, o, path);
+      },
+      py::arg("workload"), py::arg("path"), py::arg("steps"), py::arg("warmup"), py::arg("recorder") = py::none(),
+      "tune's profile of a workload: warm-up steps (the last few timed as the step unprofiled), then "
+      "`steps` steps recorded (recorder(): a Recorder; None: opfuse's profiler) into the trace at path");
+  m.def(
+      "patch",
+      [](Workload& w, const std::vector<opfuse::analyze::Rule>& rules, uint64_t seed) {
+        std::vector<opfuse::tune::Replacement> done;
+        {
+          py::gil_scoped_release no_gil;  // verification runs a backward, which torch refuses under the GIL
+          done = opfuse::tune::patch(w, rules, seed);
+        }
+        py::list out;
+        for (const auto& r : done)
+          out.append(py::dict(py::arg("rule") = r.rule, py::arg("places") = r.places, py::arg("kept") = r.kept,
+                              py::arg("why") = r.why));
+        return out;
+      },
+      py::arg("workload"), py::arg("rules"), py::arg("seed"),
+      "tune's patch: every rewrite of the rules applied to the workload itself where it verifies");
   m.def("top_level_ops", &top_level_ops, py::arg("fn"), "the names of the top-level ops fn() runs on this thread");
   m.def("check_output_path", &opfuse::report::check_output_path, py::arg("path"), py::arg("overwrite"));
 }

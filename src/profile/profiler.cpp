@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <stdexcept>
@@ -303,5 +304,28 @@ void Profiler::write(const std::string& path, const nlohmann::json& metadata) co
   for (const auto& e : copy) events.push_back(&e);
   write_trace(path, events, memory, metadata);
 }
+
+namespace {
+
+class ProfilerRecorder : public Recorder {
+ public:
+  void start() override { profiler_.start(); }
+  void stop() override { profiler_.stop(); }
+  void push_scope(const std::string& name) override { scopes_.push_back(std::make_unique<Scope>(name)); }
+  void pop_scope() override {
+    if (!scopes_.empty()) scopes_.pop_back();
+  }
+  void write(const std::string& path, const std::string& metadata) override {
+    profiler_.write(path, nlohmann::json::parse(metadata));
+  }
+
+ private:
+  Profiler profiler_;
+  std::vector<std::unique_ptr<Scope>> scopes_;
+};
+
+}  // namespace
+
+std::shared_ptr<Recorder> opfuse_recorder() { return std::make_shared<ProfilerRecorder>(); }
 
 }  // namespace opfuse::profile

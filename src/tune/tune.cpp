@@ -37,50 +37,62 @@ constexpr int kProfileWarmup = 12;
 // Of them, the last few give the unprofiled step the profile is compared with.
 constexpr int kPlainSteps = 3;
 
-// Profiles o.profile_steps steps of w into the trace at path; plain_step_ms, the step's time
-// unprofiled just before (0: not timed), lets the analysis take out what profiling added.
-void profile_to(Workload& w, const TuneOptions& o, const std::string& path, int first_step, double plain_step_ms = 0) {
-  profile::Profiler profiler;
+// The steps before a profile; returns the median of the last few after the first (which makes
+// lazy state), the step unprofiled just before the profile; 0 when there are none.
+double warm_up(Workload& w, int steps, const std::function<void(int, int)>& progress) {
+  std::vector<double> last;
+  for (int i = 0; i < steps; ++i) {
+    const double ms = w.step();
+    if (i >= 1 && i >= steps - kPlainSteps) last.push_back(ms);
+    if (progress) progress(i + 1, steps);
+  }
+  return last.empty() ? 0 : median(last);
+}
+
+// Profiles `steps` steps of w; plain_step_ms, the step's time unprofiled just before (0: not
+// timed), lets the analysis take out what profiling added.
+void profile_steps(Workload& w, const ProfileOptions& o, int first_step, double plain_step_ms, const std::string& path) {
+  const std::shared_ptr<profile::Recorder> recorder = o.recorder ? o.recorder() : profile::opfuse_recorder();
   const std::map<std::string, int64_t> held = w.held_memory();
-  w.set_profiling(true);
-  profiler.start();
+  w.set_profiling(recorder.get());
+  recorder->start();
   try {
-    for (int i = 0; i < o.profile_steps; ++i) {
-      profile::Scope step("ProfilerStep#" + std::to_string(first_step + i));
+    for (int i = 0; i < o.steps; ++i) {
+      recorder->push_scope("ProfilerStep#" + std::to_string(first_step + i));
       w.step();
+      recorder->pop_scope();
     }
   } catch (...) {
-    profiler.stop();
-    w.set_profiling(false);
+    recorder->stop();
+    w.set_profiling(nullptr);
     throw;
   }
-  profiler.stop();
-  w.set_profiling(false);
+  recorder->stop();
+  w.set_profiling(nullptr);
   nlohmann::json metadata = {{"opfuse_version", "0.1.0"},       {"torch_version", TORCH_VERSION},
                              {"model", w.name()},                {"variant", w.describe()},
                              {"threads", at::get_num_threads()}, {"batch_size", w.samples_per_step()},
                              {"memory_before", held}};
   if (w.ranks() > 1) metadata["distributedInfo"] = {{"rank", w.rank()}, {"world_size", w.ranks()}};
   if (plain_step_ms > 0) metadata["plain_step_ms"] = plain_step_ms;
-  profiler.write(path, metadata);
+  recorder->write(path, metadata.dump());
 }
 
-// The steps before a profile; returns the median of the last few, the step unprofiled just
-// before the profile.
-double warm_up(Workload& w, int steps, const std::function<void(int, int)>& progress) {
-  std::vector<double> last;
-  for (int i = 0; i < steps; ++i) {
-    const double ms = w.step();
-    if (i >= steps - kPlainSteps) last.push_back(ms);
-    if (progress) progress(i + 1, steps);
-  }
-  return median(last);
+// How tune profiles a workload warmed up `warmup` steps (0: warm already, its first profiled step
+// numbered first_step).
+ProfileOptions profiling(const TuneOptions& o, int warmup, int first_step = 0) {
+  ProfileOptions p;
+  p.warmup = warmup;
+  p.steps = o.profile_steps;
+  p.first_step = first_step;
+  p.recorder = o.recorder;
+  return p;
 }
 
 // for_page: the report page draws a step of this side (a timeline costs a pass and its slices).
-analyze::Analysis profile_and_analyze(Workload& w, const TuneOptions& o, const std::string& path, int first_step,
-                                      double plain_step_ms = 0, bool for_page = true) {
-  profile_to(w, o, path, first_step, plain_step_ms);
+analyze::Analysis profile_and_analyze(Workload& w, const ProfileOptions& p, const TuneOptions& o,
+                                      const std::string& path, bool for_page = true) {
+  record_profile(w, p, path);
   const trace::Trace t = trace::read_trace(path);
   analyze::Options options;
   options.timeline = for_page;
@@ -96,9 +108,7 @@ analyze::Analysis profile_and_analyze(Workload& w, const TuneOptions& o, const s
 int64_t peak_with(const Workload& pristine, const Rewrite& rewrite, const TuneOptions& o, const std::string& path) {
   const std::shared_ptr<Workload> w = pristine.clone();
   rewrite.apply(*w);
-  const int warmup = std::max(o.warmup, 2);
-  for (int i = 0; i < warmup; ++i) w->step();
-  profile_to(*w, o, path, warmup + 1);
+  record_profile(*w, profiling(o, std::max(o.warmup, 2)), path);
   const trace::Trace t = trace::read_trace(path);
   return analyze::cpu_peak_bytes(analyze::memory_time(t, trace::build_links(t)));
 }
@@ -240,9 +250,8 @@ double predicted_step_ms(const TuneResult& r) {
 // left for the analysis to find.
 analyze::Analysis analysis_of(const Workload& variant, const TuneOptions& o, const std::string& path) {
   const std::shared_ptr<Workload> w = variant.clone();
-  const int steps = std::max(o.warmup, kProfileWarmup);
-  const double plain_ms = warm_up(*w, steps, {});
-  analyze::Analysis a = profile_and_analyze(*w, o, path, steps + 1, plain_ms, /*for_page=*/false);
+  analyze::Analysis a = profile_and_analyze(*w, profiling(o, std::max(o.warmup, kProfileWarmup)), o, path,
+                                            /*for_page=*/false);
   std::filesystem::remove(path);
   return a;
 }
@@ -455,11 +464,11 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
   // pages estimated +40% for a GELU rewrite that measured +0.2%).
   measure::keep_freed_memory();
   const std::shared_ptr<Workload> base = pristine.clone();
-  const int base_warmup = std::max(o.warmup, kProfileWarmup);
-  const double plain_ms = warm_up(*base, base_warmup, h.progress);
+  ProfileOptions base_profile = profiling(o, std::max(o.warmup, kProfileWarmup));
+  base_profile.progress = h.progress;
   result.baseline.variant = pristine.describe();
   result.baseline.trace = o.out_dir + "/" + trace_name(pristine, "baseline");
-  result.baseline.analysis = profile_and_analyze(*base, o, result.baseline.trace, base_warmup + 1, plain_ms);
+  result.baseline.analysis = profile_and_analyze(*base, base_profile, o, result.baseline.trace);
   result.baseline.ops_per_step = ops_per_step(result.baseline.analysis);
   if (h.analysed) h.analysed(result.baseline.analysis);
 
@@ -563,7 +572,7 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
 
   say(h, "tuned: profiling");
   result.tuned.trace = o.out_dir + "/" + trace_name(pristine, "tuned");
-  result.tuned.analysis = profile_and_analyze(*tuned, o, result.tuned.trace, o.warmup + 1);
+  result.tuned.analysis = profile_and_analyze(*tuned, profiling(o, 0, o.warmup + 1), o, result.tuned.trace);
   result.tuned.ops_per_step = ops_per_step(result.tuned.analysis);
   result.diff = analyze::diff(result.baseline.analysis, result.tuned.analysis);
   say(h, "memory: each kept rewrite alone, profiled");
@@ -579,32 +588,44 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
   return result;
 }
 
-RewriteResult rewrite_file(const std::string& in_path, const std::string& out_path, const TuneOptions& o) {
-  TuneOptions with_model = o;
-  with_model.model = in_path;
-  validate(with_model);
-  const std::shared_ptr<ModelWorkload> pristine = ModelWorkload::load(with_model);
-  RewriteResult result;
-  std::shared_ptr<Workload> rewritten = pristine->clone();
-  for (const analyze::Rule& rule : o.rules)
-    for (const Rewrite& rw : pristine->rewrites_for(rule)) {
-      auto candidate = rewritten->clone();
+void record_profile(Workload& w, const ProfileOptions& o, const std::string& path) {
+  if (o.steps < 1) throw std::invalid_argument("profile steps must be at least 1");
+  if (o.warmup < 0) throw std::invalid_argument("warm-up steps cannot be negative");
+  const double plain_ms = warm_up(w, o.warmup, o.progress);
+  profile_steps(w, o, o.first_step > 0 ? o.first_step : o.warmup + 1, plain_ms, path);
+}
+
+std::vector<Replacement> patch(Workload& model, const std::vector<analyze::Rule>& rules, uint64_t seed) {
+  const std::shared_ptr<Workload> pristine = model.clone();
+  std::vector<Replacement> done;
+  for (const analyze::Rule& rule : rules)
+    for (const Rewrite& rw : model.rewrites_for(rule)) {
+      const std::shared_ptr<Workload> candidate = model.clone();
       Replacement r;
       r.rule = rule.name;
       r.rewrite = rw.name;
       r.places = rw.apply(*candidate);
       if (r.places == 0) continue;
-      r.verdict = verify(*pristine, *candidate, o.seed + 11);
+      r.verdict = verify(*pristine, *candidate, seed);
       r.kept = r.verdict.passed;
-      if (r.kept) rewritten = std::move(candidate);
+      if (r.kept) rw.apply(model);
       else r.why = rejection(r.verdict);
-      result.replacements.push_back(r);
+      done.push_back(r);
     }
+  return done;
+}
+
+RewriteResult rewrite_file(const std::string& in_path, const std::string& out_path, const TuneOptions& o) {
+  TuneOptions with_model = o;
+  with_model.model = in_path;
+  validate(with_model);
+  const std::shared_ptr<ModelWorkload> model = ModelWorkload::load(with_model);
+  RewriteResult result;
+  result.replacements = patch(*model, o.rules, o.seed + 11);
   const bool any = std::any_of(result.replacements.begin(), result.replacements.end(),
                                [](const Replacement& r) { return r.kept; });
   if (any) {
-    auto& model = dynamic_cast<ModelWorkload&>(*rewritten).model();
-    rewrite::save_torchscript(model, out_path);
+    rewrite::save_torchscript(model->model(), out_path);
     result.written = true;
   }
   return result;

@@ -1,6 +1,7 @@
 """opfuse.profile with either profiler: opfuse's own, or torch.profiler (Kineto's trace, the
 module and step scopes as user annotations). analyze reads both alike: the same findings, at the
 same module paths, with the step's unprofiled time and the allocations."""
+import json
 import os
 import sys
 
@@ -37,8 +38,26 @@ def test_torch_profilers_trace_finds_what_opfuses_finds_where_it_finds_it(tmp_pa
     assert theirs["peak_bytes"] >= before["parameters"] + before["optimizer state"] + before["inputs"]
 
 
+def test_tune_profiles_with_torch_profiler_when_asked(tmp_path):
+    model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=0)
+    quick = dict(steps=1, rounds=1, warmup=0, profile_steps=1, min_gain=-1, quiet=True, measure_ops=False)
+    result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "run"), profiler="torch", **quick)
+    for side in ("baseline", "tuned"):
+        with open(tmp_path / "run" / f"{side}.trace.json") as f:
+            trace = json.load(f)
+        assert trace["opfuse"]["profiler"] == "torch.profiler", side
+        scopes = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "user_annotation"}
+        assert any(n.startswith("ProfilerStep#") for n in scopes) and "layers.0.attention" in scopes, sorted(scopes)
+    assert opfuse.analyze(str(tmp_path / "run" / "baseline.trace.json")).trace["dialect"] == "PyTorch Kineto"
+    verified = {r.rule for r in result.replacements if r.verified}
+    assert {"rms_norm", "swiglu", "rotary_embedding"} <= verified, verified
+
+
 def test_an_unknown_profiler_is_refused_before_any_step(tmp_path):
     model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=0)
     with pytest.raises(ValueError, match="profiler must be 'opfuse' or 'torch', got 'kineto'"):
         opfuse.profile(model, inputs, loss, path=str(tmp_path / "t.json"), profiler="kineto")
     assert not (tmp_path / "t.json").exists()
+    with pytest.raises(ValueError, match="profiler must be 'opfuse' or 'torch', got 'kineto'"):
+        opfuse.tune(model, inputs, loss, out=str(tmp_path / "run"), profiler="kineto", quiet=True)
+    assert not (tmp_path / "run").exists()
