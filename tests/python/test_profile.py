@@ -61,3 +61,14 @@ def test_an_unknown_profiler_is_refused_before_any_step(tmp_path):
     with pytest.raises(ValueError, match="profiler must be 'opfuse' or 'torch', got 'kineto'"):
         opfuse.tune(model, inputs, loss, out=str(tmp_path / "run"), profiler="kineto", quiet=True)
     assert not (tmp_path / "run").exists()
+
+
+def test_torchs_own_attention_is_no_finding(tmp_path):
+    """llama2.c's model.py calls F.scaled_dot_product_attention where torch has it: already fused."""
+    found = {}
+    for attention in ("manual", "sdpa"):
+        model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=0, attention=attention)
+        path = opfuse.profile(model, inputs, loss, path=str(tmp_path / f"{attention}.json"))
+        found[attention] = set(rules_and_places(opfuse.analyze(path)))
+    assert "attention" in found["manual"] and "attention" not in found["sdpa"], found
+    assert found["manual"] - {"attention"} == found["sdpa"], found

@@ -1,6 +1,7 @@
 """A small Llama-style language model written as llama2.c's model.py writes it (written here for
 opfuse's tests): RMSNorm in float32 arithmetic, rotary embedding in real arithmetic, SwiGLU
-feed-forward, manual causal attention with a registered mask, token-id inputs.
+feed-forward, manual causal attention with a registered mask (or, as model.py does where torch
+has it, F.scaled_dot_product_attention: attention="sdpa"), token-id inputs.
 
     python3 -m opfuse tune tests/python/models/llama.py:factory
 """
@@ -46,9 +47,9 @@ def apply_rotary_emb(xq, xk, cos, sin):
 
 
 class Attention(nn.Module):
-    def __init__(self, dim, n_heads, max_seq_len, dropout):
+    def __init__(self, dim, n_heads, max_seq_len, dropout, sdpa=False):
         super().__init__()
-        self.n_heads, self.head_dim = n_heads, dim // n_heads
+        self.n_heads, self.head_dim, self.sdpa, self.dropout = n_heads, dim // n_heads, sdpa, dropout
         self.wq = nn.Linear(dim, dim, bias=False)
         self.wk = nn.Linear(dim, dim, bias=False)
         self.wv = nn.Linear(dim, dim, bias=False)
@@ -65,6 +66,11 @@ class Attention(nn.Module):
         xv = self.wv(x).view(bsz, seqlen, self.n_heads, self.head_dim)
         xq, xk = apply_rotary_emb(xq, xk, cos, sin)
         xq, xk, xv = xq.transpose(1, 2), xk.transpose(1, 2), xv.transpose(1, 2)
+        if self.sdpa:
+            output = F.scaled_dot_product_attention(xq, xk, xv, dropout_p=self.dropout if self.training else 0.0,
+                                                    is_causal=True)
+            output = output.transpose(1, 2).contiguous().view(bsz, seqlen, -1)
+            return self.resid_dropout(self.wo(output))
         scores = torch.matmul(xq, xk.transpose(2, 3)) / math.sqrt(self.head_dim)
         scores = scores + self.mask[:, :, :seqlen, :seqlen]
         scores = F.softmax(scores.float(), dim=-1).type_as(xq)
@@ -87,9 +93,9 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, dim, n_heads, max_seq_len, dropout):
+    def __init__(self, dim, n_heads, max_seq_len, dropout, sdpa=False):
         super().__init__()
-        self.attention = Attention(dim, n_heads, max_seq_len, dropout)
+        self.attention = Attention(dim, n_heads, max_seq_len, dropout, sdpa)
         self.feed_forward = FeedForward(dim, 4 * dim * 2 // 3 // 32 * 32, dropout)
         self.attention_norm = RMSNorm(dim)
         self.ffn_norm = RMSNorm(dim)
@@ -100,10 +106,10 @@ class TransformerBlock(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, vocab_size=512, dim=128, n_layers=2, n_heads=4, max_seq_len=64, dropout=0.0):
+    def __init__(self, vocab_size=512, dim=128, n_layers=2, n_heads=4, max_seq_len=64, dropout=0.0, sdpa=False):
         super().__init__()
         self.tok_embeddings = nn.Embedding(vocab_size, dim)
-        self.layers = nn.ModuleList(TransformerBlock(dim, n_heads, max_seq_len, dropout) for _ in range(n_layers))
+        self.layers = nn.ModuleList(TransformerBlock(dim, n_heads, max_seq_len, dropout, sdpa) for _ in range(n_layers))
         self.norm = RMSNorm(dim)
         self.output = nn.Linear(dim, vocab_size, bias=False)
         cos, sin = precompute_freqs(dim // n_heads, max_seq_len)
@@ -119,10 +125,13 @@ class Transformer(nn.Module):
         return self.output(self.norm(h))
 
 
-def factory(batch_size=8, seq_len=64, vocab_size=512, seed=0):
-    """(model, inputs, loss_fn) for `python3 -m opfuse tune llama.py:factory`: next-token loss."""
+def factory(batch_size=8, seq_len=64, vocab_size=512, seed=0, attention="manual"):
+    """(model, inputs, loss_fn) for `python3 -m opfuse tune llama.py:factory`: next-token loss.
+    attention: "manual" (matmul, mask, softmax, matmul) or "sdpa" (torch's fused op)."""
+    if attention not in ("manual", "sdpa"):
+        raise ValueError(f"attention must be 'manual' or 'sdpa', not {attention!r}")
     torch.manual_seed(seed)
-    model = Transformer(vocab_size=vocab_size, max_seq_len=seq_len)
+    model = Transformer(vocab_size=vocab_size, max_seq_len=seq_len, sdpa=attention == "sdpa")
     tokens = torch.randint(vocab_size, (batch_size, seq_len + 1))
     x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     return model, (x,), lambda logits: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
