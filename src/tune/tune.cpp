@@ -59,7 +59,12 @@ void profile_steps(Workload& w, const ProfileOptions& o, int first_step, double 
   try {
     for (int i = 0; i < o.steps; ++i) {
       recorder->push_scope("ProfilerStep#" + std::to_string(first_step + i));
-      w.step();
+      try {
+        w.step();
+      } catch (...) {
+        recorder->pop_scope();  // a torch.profiler range left open would outlive its profile
+        throw;
+      }
       recorder->pop_scope();
     }
   } catch (...) {
