@@ -12,6 +12,8 @@
 # not add it). The flag must also be in the precompiled header, where that template is parsed.
 add_library(opfuse_pch OBJECT ${CMAKE_CURRENT_LIST_DIR}/pch.cpp)
 target_link_libraries(opfuse_pch PUBLIC torch opfuse_openmp)
+# Built at the level of the sources that use it (opfuse_glue_level below).
+target_compile_options(opfuse_pch PRIVATE $<$<CONFIG:Release>:-O2>)
 target_precompile_headers(opfuse_pch PRIVATE ${CMAKE_CURRENT_LIST_DIR}/pch.h)
 
 function(opfuse_target name)
@@ -94,7 +96,21 @@ function(opfuse_precompile_where_heavy name)
     set_source_files_properties(${light} TARGET_DIRECTORY ${name} PROPERTIES SKIP_PRECOMPILE_HEADERS ON
                                 SKIP_UNITY_BUILD_INCLUSION ON)
     opfuse_unity_by_folder(${name} "${heavy_sources}")
+    opfuse_glue_level(${name} "${light}")
   endif()
+endfunction()
+
+# The sources that include LibTorch are glue: an op's schemas, autograd, fake kernel and spec,
+# the models, the commands. They call kernels and LibTorch and run no hot loop of their own, so
+# they are compiled -O2, as distributions build C++ (an op's unit took 31 s at -O3, 25 s at -O2).
+# The light sources, where the loops are (the kernels, the trace reader), keep the build's -O3.
+# A folder that lowers the level itself (the tests, -O1) is left alone.
+function(opfuse_glue_level name light)
+  if(NOT CMAKE_CXX_FLAGS_RELEASE MATCHES "-O3")
+    return()
+  endif()
+  target_compile_options(${name} PRIVATE $<$<CONFIG:Release>:-O2>)
+  set_property(SOURCE ${light} TARGET_DIRECTORY ${name} APPEND PROPERTY COMPILE_OPTIONS $<$<CONFIG:Release>:-O3>)
 endfunction()
 
 # Loading the precompiled header costs a source 6 s whatever it holds (a one-line file took
