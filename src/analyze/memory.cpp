@@ -165,28 +165,27 @@ MemoryTime one_device(const Trace& t, const Charger& charge, std::vector<const A
   std::stable_sort(events.begin(), events.end(), [](const Allocation* a, const Allocation* b) { return a->ts < b->ts; });
   MemoryTime d;
   d.device = device_name(events.front()->device_type, events.front()->device_id);
-  // The peak: the largest total the allocator reported (or, where it reports none, the running
-  // sum of the blocks seen).
-  // The CPU allocator counts only what was asked of it while a profile ran, and its count carries
-  // over from one profile to the next in a process (a block freed between them is never taken
-  // off): on the CPU the total is measured from its value before the first event, plus what
-  // opfuse's profiler says the model held as the profile began (parameters, optimizer state, …).
-  int64_t offset = 0;
+  // The peak: the largest total a device's allocator reported (or, where it reports none, the
+  // running sum of the blocks seen). The CPU allocator counts only what was asked of it while a profile ran, so on the CPU the
+  // total is the blocks the profile allocated, plus what opfuse's profiler says the model held as
+  // the profile began (parameters, optimizer state, …). A block allocated before the profile and
+  // freed in it is left out: torch reports such a free only when an earlier profile in the process
+  // saw a block at that address (its table of sizes keeps them), so whether the total dropped
+  // would depend on the process's history (a 3-step MLP profile's peak came out 0, 1 or 2 weight
+  // matrices short of torch's timeline).
   const bool on_cpu = d.device == "cpu", before_known = on_cpu && !t.memory_before.empty();
-  if (on_cpu) {
-    const Allocation& first = *events.front();
-    offset = -(first.total_allocated >= 0 ? first.total_allocated - first.bytes : 0);
-    for (const auto& [what, bytes] : t.memory_before) offset += bytes;
-  }
-  int64_t running = offset;
+  int64_t running = 0;
+  for (const auto& [what, bytes] : t.memory_before) running += on_cpu ? bytes : 0;
+  std::unordered_set<int64_t> allocated;
   size_t peak = 0;
   std::vector<std::pair<double, int64_t>> curve;
   curve.reserve(events.size());
   for (size_t k = 0; k < events.size(); ++k) {
     const Allocation& a = *events[k];
     (a.bytes >= 0 ? d.allocations : d.frees) += 1;
-    running += a.bytes;
-    const int64_t total = a.total_allocated >= 0 ? a.total_allocated + offset : running;
+    if (a.bytes >= 0) allocated.insert(a.addr);
+    if (a.bytes >= 0 || !on_cpu || allocated.erase(a.addr) > 0) running += a.bytes;
+    const int64_t total = on_cpu || a.total_allocated < 0 ? running : a.total_allocated;
     curve.emplace_back(a.ts, total);
     if (total > curve[peak].second) peak = k;
   }

@@ -82,6 +82,20 @@ TEST(Memory, WhatOpfuseSaysWasHeldBeforeIsAdded) {
   EXPECT_EQ(memory[0].by_phase[1].name, "parameters");
 }
 
+// torch reports the free of a block allocated before the profile (the last step's gradients) only
+// when an earlier profile in the process saw a block at that address: such a free takes nothing
+// off, whether reported or not, and the allocator's total that counted it down is not followed.
+TEST(Memory, AFreeOfABlockFromBeforeTheProfileTakesNothingOff) {
+  const std::string events = "[" + op("cpu_op", "aten::mm", 0, 10) + "," + alloc(1, 0xA, 100, 1100) + "," +
+                             alloc(2, 0xF, -500, 600) + "," + alloc(3, 0xB, 50, 650) + "]";
+  const auto memory = memory_of(R"({"opfuse":{"memory_before":{"parameters":4000}},"traceEvents":)" + events + "}");
+  ASSERT_EQ(memory.size(), 1u);
+  EXPECT_EQ(memory[0].peak_bytes, 4150);
+  EXPECT_DOUBLE_EQ(memory[0].peak_at_us, 3);
+  EXPECT_EQ(memory[0].frees, 1);
+  EXPECT_EQ(memory_of(events)[0].peak_bytes, 150);  // torch's own trace: what the profile allocated
+}
+
 // A CUDA allocator's total counts everything on the device: taken as it is, and the blocks seen
 // fall short of it by what was there before.
 TEST(Memory, DevicesApartAndADeviceTotalAsItIs) {
