@@ -93,10 +93,12 @@ void check_against_reference(const at::Tensor& x_in, bool training, const std::s
 }
 
 const std::vector<std::vector<int64_t>>& shapes() {
-  // C = 1, N = 1, H×W = 1, odd sizes, a plane longer than one 16384-element segment, and [N, C].
+  // C = 1, N = 1, H×W = 1, odd sizes, a plane longer than one 16384-element segment, [N, C], and
+  // planes small enough to run as a sample's slots, in blocks of rows and (9000 or 10800 slots a
+  // sample, the last vector partial) down stretches of columns.
   static const std::vector<std::vector<int64_t>> s{{4, 24, 28, 28}, {3, 19, 13, 11}, {2, 5, 1, 1},  {1, 1, 9, 9},
                                                    {1, 7, 3, 3},    {5, 1, 1, 1},    {2, 3, 130, 131}, {6, 10},
-                                                   {2, 1}};
+                                                   {2, 1},          {3, 600, 5, 3},  {2, 300, 6, 6}};
   return s;
 }
 
@@ -204,10 +206,12 @@ TEST(BatchNormSilu, GradientMatchesFiniteDifferencesInFloat64) {
 
 TEST(BatchNormSilu, OneThreadEqualsTwoThreads) {
   SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
-  for (auto format : {at::MemoryFormat::Contiguous, at::MemoryFormat::ChannelsLast})
+  for (auto [format, shape] : {std::pair{at::MemoryFormat::Contiguous, std::vector<int64_t>{8, 40, 28, 28}},
+                                {at::MemoryFormat::ChannelsLast, std::vector<int64_t>{8, 40, 28, 28}},
+                                {at::MemoryFormat::Contiguous, std::vector<int64_t>{8, 1000, 3, 3}}})
     for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble}) {
-      const at::Tensor x = torch::randn({8, 40, 28, 28}).to(dtype).contiguous(format);
-      const Params p = params_for(40, dtype);
+      const at::Tensor x = torch::randn(shape).to(dtype).contiguous(format);
+      const Params p = params_for(shape[1], dtype);
       const at::Tensor g = torch::randn_like(x);
       auto run = [&](int threads) {
         ThreadScope scope(threads);

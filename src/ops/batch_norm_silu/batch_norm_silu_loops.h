@@ -111,6 +111,21 @@ void reduce_runs(const Geometry& g, double* s1, double* s2, const Run& run) {
     return;
   }
   const int64_t rows = g.n * g.hw, per_block = rows_per_block(g), blocks = (rows + per_block - 1) / per_block;
+  if (per_block <= 2) {
+    // Long rows (a sample's slots, kernel.cpp): a task owns a stretch of columns and walks down
+    // every row, its sums in that stretch's own slots, which stay in cache. A partial per block
+    // of rows was as large as x and took longer to fault in than to fill.
+    constexpr int64_t kColumns = 256;
+    const int64_t stretches = (g.c + kColumns - 1) / kColumns;
+    at::parallel_for(0, stretches, grain_for(rows * kColumns), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t col = t * kColumns, width = std::min(kColumns, g.c - col);
+        Sums<V, true> sums{s1 + col, s2 + col};
+        for (int64_t r = 0; r < rows; ++r) run(r * g.c + col, width, col, sums);
+      }
+    });
+    return;
+  }
   AlignedVector<double> p1(blocks * g.cp, 0.0), p2(blocks * g.cp, 0.0);
   at::parallel_for(0, blocks, grain_for(per_block * g.c), [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
@@ -144,6 +159,7 @@ void for_runs(const Geometry& g, const Run& run) {
 }
 
 // The four passes over a whole tensor. Per-channel arrays (k, scale, …) have g.cp entries.
+// A row's run starts at channel 0 (c = 0), a stretch of columns at its first (c = col).
 template <typename V, typename T>
 void moments_all(const Geometry& g, const T* x, const typename V::A* k, double* s1, double* s2) {
   reduce_runs<V>(g, s1, s2, [&](int64_t at, int64_t n, int64_t c, auto& sums) { moments(x + at, n, k + c, sums); });
