@@ -50,7 +50,7 @@ double saving_between(const Analysis& before, const Analysis& after) {
 }
 
 double unprofiled_step_us(const Analysis& a) {
-  return a.trace.plain_step_us > 0 ? a.trace.plain_step_us : a.trace.step_us;
+  return a.trace.plain_step_us > 0 ? std::min(a.trace.plain_step_us, a.trace.step_us) : a.trace.step_us;
 }
 
 Diff diff(const Analysis& before, const Analysis& after) {

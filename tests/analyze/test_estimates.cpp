@@ -94,6 +94,8 @@ TEST(ProfilerCost, NoCostWithoutAUsableUnprofiledStep) {
     const Analysis a = analysis_of(swish, 2, meta);
     EXPECT_EQ(a.trace.profiler_us_per_event, 0) << meta;  // 0.6 ms: slower unprofiled, nothing to take out
     EXPECT_DOUBLE_EQ(finding(a, "silu").est_saving_us, 2 * 100) << meta;
+    // The gain estimated over the step as profiled: a slower unprofiled one would shrink it.
+    EXPECT_DOUBLE_EQ(unprofiled_step_us(a), 500) << meta;
   }
 }
 

@@ -248,7 +248,7 @@ TEST(TorchScript, AWrongRewriteFailsVerification) {
   o.model = "net.pt";
   const testing::TempDir dir;
   auto model = workload(scripted_net(dir.str()), o);
-  const auto rules = analyze::load_rules(std::string(std::getenv("OPFUSE_TEST_DATA")) + "/rules/wrong_silu.yaml");
+  const auto rules = analyze::load_rules(OPFUSE_TEST_DATA "/rules/wrong_silu.yaml");
   auto rewritten = model->clone();
   EXPECT_EQ(model->rewrites_for(rule(rules, "wrong_silu")).back().apply(*rewritten), 1);
   const Verdict v = verify(*model, *rewritten, o.seed);
