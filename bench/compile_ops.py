@@ -11,7 +11,9 @@ table gives opfuse's speed-up over the chain, eager and compiled, with 95% inter
     .venv/bin/python bench/compile_ops.py [--ops rms_norm,swiglu] [--size llama|large] [--rounds 10]
 
 Sizes: "llama" is the Llama-style test model's (512 tokens of 128, 4 heads), "large" a 7B-class
-layer's rows (2048 tokens of 1024, 8 heads). Check first that nothing else is busy (it prints
+layer's rows (2048 tokens of 1024, 8 heads); "b0-mid" and "b0-late" time EfficientNet-B0's ops
+(silu, se_gate, batch_norm_silu) on its small planes at 96 px, [16, 672, 6, 6] and
+[16, 1152, 3, 3] (bench-op's shapes keep 56×56). Check first that nothing else is busy (it prints
 `top`'s head). A cold inductor compile takes tens of seconds per variant.
 """
 import argparse
@@ -29,15 +31,34 @@ import opfuse  # noqa: E402
 from opfuse import compile_peer, functional as OF  # noqa: E402
 
 SIZES = {"llama": dict(tokens=512, dim=128, heads=4, hidden=320, vocab=512),
-         "large": dict(tokens=2048, dim=1024, heads=8, hidden=2816, vocab=32000)}
+         "large": dict(tokens=2048, dim=1024, heads=8, hidden=2816, vocab=32000),
+         "b0-mid": dict(planes=(16, 672, 6, 6)),
+         "b0-late": dict(planes=(16, 1152, 3, 3))}
 
 
 def _rand(*shape, grad=True):
     return torch.nn.Parameter(torch.randn(*shape)) if grad else torch.randn(*shape)
 
 
+def plane_cases(n, c, h, w):
+    """EfficientNet's ops on [n, c, h, w] activations; BatchNorm in training, its running
+    statistics buffers."""
+    ops = torch.ops.opfuse
+    stats = (torch.zeros(c), torch.ones(c))
+    return {
+        "silu": ([_rand(n, c, h, w)], (), lambda x: F.silu(x), lambda x: ops.silu(x)),
+        "se_gate": ([_rand(n, c, h, w), _rand(n, c, 1, 1)], (), lambda x, g: x * torch.sigmoid(g),
+                    lambda x, g: ops.se_gate(x, g)),
+        "batch_norm_silu": ([_rand(n, c, h, w), _rand(c), _rand(c)], stats,
+                            lambda x, wt, b, m, v: F.silu(F.batch_norm(x, m, v, wt, b, True, 0.1, 1e-3)),
+                            lambda x, wt, b, m, v: ops.batch_norm_silu(x, wt, b, m, v, True, 0.1, 1e-3)),
+    }
+
+
 def cases(s):
     """name -> (inputs that train, constants, torch's chain, opfuse's op)."""
+    if "planes" in s:
+        return plane_cases(*s["planes"])
     t, d, h, f = s["tokens"], s["dim"], s["heads"], s["hidden"]
     hd = d // h
     eps = 1e-5
