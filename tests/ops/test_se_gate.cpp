@@ -66,7 +66,8 @@ TEST_P(SeGateTest, MatchesFloat64ReferenceOnFreshRandomData) {
   CapabilityScope scope(cap);
   SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
   for (auto shape : std::vector<std::vector<int64_t>>{{4, 24, 28, 28}, {3, 19, 13, 11}, {2, 5, 1, 1},
-                                                      {1, 1, 9, 9}, {1, 7, 3, 3}, {4, 6, 50}, {5, 3}}) {
+                                                      {1, 1, 9, 9}, {1, 7, 3, 3}, {4, 6, 50}, {5, 3},
+                                                      {3, 300, 6, 6}, {2, 700, 3, 3}, {2, 50, 7, 7}}) {
     const at::Tensor x = torch::randn(shape).to(dtype);
     check_against_reference(x, gate_like(x), "shape " + c10::str(at::IntArrayRef(shape)));
   }
@@ -131,9 +132,10 @@ TEST(SeGate, GradientMatchesFiniteDifferencesInFloat64) {
 
 TEST(SeGate, OneThreadEqualsTwoThreads) {
   SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
-  for (auto format : {at::MemoryFormat::Contiguous, at::MemoryFormat::ChannelsLast}) {
+  for (auto [format, hw] : {std::pair{at::MemoryFormat::Contiguous, int64_t{28}}, {at::MemoryFormat::ChannelsLast, 28},
+                            {at::MemoryFormat::Contiguous, 3}}) {  // 3×3: small planes, in stretches
     for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
-      const at::Tensor x = torch::randn({8, 96, 28, 28}).to(dtype).contiguous(format);
+      const at::Tensor x = torch::randn({8, 96, hw, hw}).to(dtype).contiguous(format);
       const at::Tensor gate = torch::randn({8, 96, 1, 1}).to(dtype);
       const at::Tensor g = torch::randn_like(x);
       auto run = [&](int threads) {

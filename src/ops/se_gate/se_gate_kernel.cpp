@@ -41,16 +41,10 @@ constexpr int64_t kChannelBlock = 64;
 
 template <typename A, typename T>
 AlignedVector<A> gate_sigmoid(const at::Tensor& gate) {
-  const T* g = gate.data_ptr<T>();
   AlignedVector<A> s(gate.numel());
-  for (size_t i = 0; i < s.size(); ++i) s[i] = sigmoid(A(g[i]));
+  const T* gp = gate.data_ptr<T>();
+  OPFUSE_ON_PATH(T, gate_sigmoid_all, (gp, s.data(), gate.numel()));
   return s;
-}
-
-// sigmoid'(g) = sigmoid(g)·sigmoid(−g): unlike s(1 − s) it does not cancel when s → 1.
-template <typename A, typename T>
-A sigmoid_derivative(T g) {
-  return sigmoid(A(g)) * sigmoid(-A(g));
 }
 
 // (templates, so that OPFUSE_ON_PATH's vector paths are not compiled for float64)
@@ -76,7 +70,7 @@ void backward_impl(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& 
   OPFUSE_ON_PATH(T, backward_all, (g, dyp, xp, s.data(), dxp, sum.data()));
   const T* gp = gate.data_ptr<T>();
   T* dg = dgate.data_ptr<T>();
-  for (size_t i = 0; i < s.size(); ++i) dg[i] = T(sigmoid_derivative<A>(gp[i]) * sum[i]);
+  OPFUSE_ON_PATH(T, gate_gradient_all, (gp, sum.data(), dg, gate.numel()));
 }
 
 }  // namespace
