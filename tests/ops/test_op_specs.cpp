@@ -7,6 +7,7 @@
 // grown by sums of at most a few hundred terms and by cancellation against the tensor's largest
 // value (dx = g·r − x·r³·c/d and the like). Each op's own test states its tighter bounds and
 // covers bfloat16, float32 and every CPU path.
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -70,13 +71,21 @@ TEST(OpSpecs, EveryOpMatchesItsCompositeInFloat64OnFreshData) {
       const auto expected = run(reference_case, kReference, seed + 1);
       const auto actual = run(fused_case, kOpfuse, seed + 1);
       ASSERT_EQ(actual.size(), expected.size()) << what;
+      // An item the reference makes exactly zero (dq and dk of attention over one key: the softmax
+      // of a single score is 1 whatever it is) is computed by the fused op as a difference that
+      // rounds (dP − rowsum(dO·O)), so it is bounded relative to the case's largest value.
+      double case_largest = 0;
+      for (const auto& e : expected)
+        if (e.defined() && e.numel() > 0) case_largest = std::max(case_largest, e.to(torch::kDouble).abs().max().item<double>());
       for (size_t i = 0; i < actual.size(); ++i) {
         const std::string item = what + (i == 0 && !fused_case.variants[kOpfuse].step ? " output" : " leaf " + std::to_string(i));
         ASSERT_EQ(actual[i].defined(), expected[i].defined()) << item;
         if (!expected[i].defined()) continue;
         ASSERT_EQ(actual[i].scalar_type(), torch::kDouble) << item;
         const at::Tensor ref = expected[i].to(torch::kDouble);
-        expect_close(actual[i], ref, scaled_tolerance(ref, 1e-10), item);
+        const bool all_zero = ref.numel() > 0 && ref.abs().max().item<double>() == 0;
+        expect_close(actual[i], ref,
+                     all_zero ? torch::full_like(ref, 1e-10 * case_largest) : scaled_tolerance(ref, 1e-10), item);
       }
     }
   }
