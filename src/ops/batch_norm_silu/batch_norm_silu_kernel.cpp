@@ -43,7 +43,6 @@ Geometry geometry_of(const at::Tensor& x) {
 // and stored through a buffer: 4× slower than ATen at [16, 1152, 3, 3]. Such an x runs as rows
 // instead, a sample's C·H·W elements each, every per-channel value repeated H·W times along the
 // row ("slots"), and a reduction's slots are folded back into their channels.
-constexpr int64_t kSmallPlane = 64;
 bool in_slots(const Geometry& g) { return !g.rows && g.hw > 1 && g.hw < kSmallPlane; }
 Geometry slot_geometry(const Geometry& g) {
   const int64_t slots = g.c * g.hw;

@@ -15,6 +15,11 @@ inline int64_t grain_for(int64_t elements_per_task) {
   return std::max<int64_t>(1, kGrain / std::max<int64_t>(1, elements_per_task));
 }
 
+// NCHW planes under this many elements (a late EfficientNet layer's 6×6 or 3×3) are mostly one
+// partial vector each, loaded and stored through a buffer: the per-channel ops (batch_norm_silu,
+// se_gate) run such x as whole stretches of planes instead.
+inline constexpr int64_t kSmallPlane = 64;
+
 // The row-wise norms (rms_norm, add_layer_norm) cut their rows into blocks of about
 // kBlockElements elements, one task each.
 inline constexpr int64_t kBlockElements = 16384;

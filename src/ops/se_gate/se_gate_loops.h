@@ -74,7 +74,7 @@ void gate_gradient_all(const T* gate, const typename V::A* sum, T* dgate, int64_
 // A task takes a stretch of whole planes as one run of vectors instead, each plane's s spread
 // over its elements in a buffer that stays in L1 (and, backward, dy·x kept there to be summed
 // per plane, in order).
-constexpr int64_t kSmallPlane = 64, kStretch = 1024;
+constexpr int64_t kStretch = 1024;  // elements: the spread and the products fit in L1
 
 inline bool small_planes(const Geometry& g) { return !g.channels_last && g.hw > 0 && g.hw < kSmallPlane; }
 
