@@ -6,9 +6,10 @@ endif()
 find_package(Python3 COMPONENTS Interpreter Development.Module REQUIRED)
 # torch's own description of itself, as torch.utils.cpp_extension builds a CPU extension with it:
 # its folder, version, headers and C++ ABI. TorchConfig.cmake is not used: a CUDA wheel's config
-# insists on a CUDA toolkit and a GPU even for CPU-only code.
+# insists on a CUDA toolkit and a GPU even for CPU-only code. Only header folders that exist: torch
+# 2.4's list still names include/TH and include/THC, which its wheel no longer ships.
 execute_process(
-  COMMAND ${Python3_EXECUTABLE} -c "import os, torch; from torch.utils import cpp_extension as e; print(os.path.dirname(torch.__file__)); print(torch.__version__.split('+')[0]); print(int(torch._C._GLIBCXX_USE_CXX11_ABI)); print(';'.join(e.include_paths()))"
+  COMMAND ${Python3_EXECUTABLE} -c "import os, torch; from torch.utils import cpp_extension as e; print(os.path.dirname(torch.__file__)); print(torch.__version__.split('+')[0]); print(int(torch._C._GLIBCXX_USE_CXX11_ABI)); print(';'.join(p for p in e.include_paths() if os.path.isdir(p)))"
   OUTPUT_VARIABLE opfuse_torch_query OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE opfuse_torch_found
   ERROR_VARIABLE opfuse_torch_error)
 if(NOT opfuse_torch_found EQUAL 0)
@@ -19,6 +20,14 @@ string(REPLACE "\n" ";" opfuse_torch_query "${opfuse_torch_query}")
 list(POP_FRONT opfuse_torch_query TORCH_INSTALL_PREFIX OPFUSE_TORCH_VERSION opfuse_torch_abi)
 if(OPFUSE_TORCH_VERSION VERSION_LESS 2.4)
   message(FATAL_ERROR "torch ${OPFUSE_TORCH_VERSION} at ${Python3_EXECUTABLE}: opfuse needs torch >= 2.4")
+endif()
+# opfuse's libraries pass std::string between code that sees torch's headers and code that links
+# Debian's yaml-cpp and GoogleTest, which are built with the C++11 ABI: a torch built with the old
+# one (pip's wheels before 2.7) would split the build in two ABIs that cannot link.
+if(NOT opfuse_torch_abi EQUAL 1)
+  message(FATAL_ERROR "torch ${OPFUSE_TORCH_VERSION} at ${Python3_EXECUTABLE} was built with the pre-C++11 "
+                      "std::string ABI (pip's wheels before torch 2.7): opfuse needs a torch built with the "
+                      "C++11 ABI, as pip's torch >= 2.7 is")
 endif()
 message(STATUS "opfuse: torch ${OPFUSE_TORCH_VERSION} from ${Python3_EXECUTABLE}")
 

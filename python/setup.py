@@ -1,5 +1,5 @@
 """pip install ./python: builds opfuse._C against the torch of the interpreter pip runs (any torch
->= 2.4 in your environment; pip install --no-build-isolation so the build sees it) with the
+>= 2.7 in your environment; pip install --no-build-isolation so the build sees it) with the
 project's CMake build, and installs it with libopfuse_ops.so beside the package.
 
 The build folder is the source tree's build/ when that was configured for this same torch
@@ -21,9 +21,27 @@ def torch_of_this_python():
     try:
         import torch
     except ImportError:
-        sys.exit("opfuse: this python has no torch; install torch >= 2.4 first, then "
+        sys.exit("opfuse: this python has no torch; install torch >= 2.7 first, then "
                  "pip install --no-build-isolation ./python")
+    if not torch._C._GLIBCXX_USE_CXX11_ABI:
+        sys.exit(f"opfuse: torch {torch.__version__} here was built with the pre-C++11 std::string ABI "
+                 "(pip's wheels before 2.7), which opfuse's C++ core cannot link with; install torch >= 2.7")
     return os.path.dirname(os.path.realpath(torch.__file__)), torch.__version__.split("+")[0]
+
+
+def check_wheel_support():
+    """pip builds a wheel through setuptools' bdist_wheel, in setuptools itself only since 70.1
+    (before, in the separate `wheel` package); --no-build-isolation installs neither. A venv made
+    by Python 3.11's venv module holds setuptools 65."""
+    import setuptools
+    have = tuple(int(p) for p in setuptools.__version__.split(".")[:2] if p.isdigit())
+    try:
+        import wheel  # noqa: F401
+    except ImportError:
+        if have < (70, 1):
+            sys.exit(f"opfuse: this environment's setuptools {setuptools.__version__} cannot build a wheel "
+                     "without the wheel package; run: pip install 'setuptools>=70.1', then "
+                     "pip install --no-build-isolation ./python again")
 
 
 def configured_torch(build):
@@ -60,6 +78,7 @@ class BuildWithCMake(build_py):
             shutil.copy2(lib, target)  # _C's RPATH includes $ORIGIN, where libopfuse_ops.so now is
 
 
+check_wheel_support()
 setup(
     name="opfuse",
     version="0.1.0",
@@ -67,6 +86,6 @@ setup(
     packages=find_packages(HERE, include=["opfuse", "opfuse.*"]),
     cmdclass={"build_py": BuildWithCMake},
     python_requires=">=3.9",
-    install_requires=["torch>=2.4"],
+    install_requires=["torch>=2.7"],
     zip_safe=False,
 )

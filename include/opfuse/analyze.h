@@ -59,6 +59,7 @@ struct RulePattern {
   std::string measure;  // the opfuse op to time at the recorded shapes ("" → bandwidth model)
   Shapes shapes = Shapes::any;
   int passes = 0;       // full-size tensor passes the fused op makes (0: inputs + one output)
+  std::string calls;    // the measured op runs once per op of this name in the match ("": once)
 };
 
 // A TorchScript IR pattern and its replacement (torch::jit::SubgraphRewriter's form), for

@@ -28,7 +28,7 @@ double CostModel::match_time(const Match& mt) const {
     for (size_t k = 0; k < index.links.child_count(mt.ops[0]); ++k) sum += index.time(step_ops[k]);
     return sum;
   }
-  return over_match(mt, [&](int32_t e) { return index.time(e); });
+  return mt.parent >= 0 ? index.time(mt.parent) : index.run_time(mt.ops);
 }
 
 // The ops that vanish with the fusion: the chain, its wrapper op, an optimizer step's children.
@@ -57,12 +57,16 @@ double CostModel::fused_time(const Match& mt, std::string& how) {
   return kept + others;
 }
 
-// The rule's opfuse op timed at the input shapes of the chain's ops, or −1.
+// The rule's opfuse op timed at the input shapes of the chain's ops, once per call it would make
+// (the pattern's `calls`: a chain rotating q and k together is two calls), or −1.
 double CostModel::measured_time(const Match& mt, const std::vector<int32_t>& ops) {
   if (mt.pattern == nullptr || mt.pattern->measure.empty() || !measure_) return -1;
   std::vector<const Shape*> distinct;
   for (int32_t e : ops) add_shapes(e, distinct);
-  return distinct.empty() ? -1 : measure(mt.pattern->measure, distinct);
+  const double once = distinct.empty() ? -1 : measure(mt.pattern->measure, distinct);
+  if (once < 0 || mt.pattern->calls.empty()) return once;
+  const auto calls = std::count_if(mt.ops.begin(), mt.ops.end(), [&](int32_t e) { return index.name(e) == mt.pattern->calls; });
+  return once * static_cast<double>(std::max<std::ptrdiff_t>(1, calls));
 }
 
 // An op's input shapes; for an autograd node, which records none, those of the ops it ran
@@ -149,8 +153,10 @@ double CostModel::parameter_bytes(const std::vector<int32_t>& ops) {
   return sum;
 }
 
+// The shapes largest first; of equal sizes, the one the chain met first (its input x before x
+// viewed as pairs), as the op's first input is the one its case is built around.
 double CostModel::measure(const std::string& op, std::vector<const Shape*> shapes) {
-  std::sort(shapes.begin(), shapes.end(), [](const Shape* a, const Shape* b) { return elements(*a) > elements(*b); });
+  std::stable_sort(shapes.begin(), shapes.end(), [](const Shape* a, const Shape* b) { return elements(*a) > elements(*b); });
   std::vector<std::string> each;
   for (const Shape* s : shapes) each.push_back(fmt::format("{}", fmt::join(*s, ",")));
   const std::string dims = fmt::format("{}", fmt::join(each, ";"));

@@ -98,7 +98,42 @@ OpIndex::OpIndex(const Trace& t, const Links& m, Backend backend, double profile
         for (int32_t op = m.launcher[k]; op >= 0; op = m.op_parent[op]) device_time_[op] += t.events[k].dur;
   } else if (profiler_us_per_event > 0) {
     profiled_cost_ = profiled_cost_inside(t, m, profiler_us_per_event);
+    profiled_cost_each_ = profiler_us_per_event;
+    for (size_t i = 0; i < t.events.size(); ++i) {
+      const std::pair<int64_t, int64_t> thread{t.events[i].pid, t.events[i].tid};
+      if (m.kind[i] == Kind::op) record_starts_[thread].push_back(t.events[i].ts);
+      if (m.kind[i] == Kind::annotation) annotation_starts_[thread].push_back(t.events[i].ts);
+    }
+    for (const trace::Allocation& a : t.memory) record_starts_[{a.pid, a.tid}].push_back(a.ts);
+    for (auto* by_thread : {&record_starts_, &annotation_starts_})
+      for (auto& [thread, starts] : *by_thread) std::sort(starts.begin(), starts.end());
   }
+}
+
+namespace {
+int64_t count_between(const std::map<std::pair<int64_t, int64_t>, std::vector<double>>& by_thread, const Event& e,
+                      double from, double to) {
+  const auto it = by_thread.find({e.pid, e.tid});
+  if (it == by_thread.end()) return 0;
+  return std::lower_bound(it->second.begin(), it->second.end(), to) - std::upper_bound(it->second.begin(), it->second.end(), from);
+}
+}  // namespace
+
+double OpIndex::run_time(const std::vector<int32_t>& ops) const {
+  double sum = 0;
+  for (int32_t e : ops) sum += time(e);
+  if (profiled_cost_.empty()) return sum;
+  std::vector<int32_t> in_order(ops);
+  std::sort(in_order.begin(), in_order.end(), [&](int32_t a, int32_t b) { return trace.events[a].ts < trace.events[b].ts; });
+  for (size_t k = 1; k < in_order.size(); ++k) {
+    const Event& before = trace.events[in_order[k - 1]];
+    const Event& next = trace.events[in_order[k]];
+    const double from = before.ts + before.dur, to = next.ts;
+    if (to <= from || count_between(annotation_starts_, next, from, to) > 0) continue;
+    const int64_t records = 1 + count_between(record_starts_, next, from, to);  // the next op's own, and what began between
+    sum += std::max(0.0, to - from - profiled_cost_each_ * static_cast<double>(records));
+  }
+  return sum;
 }
 
 double OpIndex::time(int32_t e) const {

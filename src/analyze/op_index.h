@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -76,6 +77,13 @@ class OpIndex {
   double host_time(int32_t e) const;
   double device_time(int32_t e) const { return device_time_.empty() ? 0 : device_time_[e]; }
   bool less_profiling() const { return !profiled_cost_.empty(); }
+  // What a run of sibling ops costs on a host trace whose profiling cost is known: their times
+  // and the gaps between them, each less that cost for the records its thread began in it (an
+  // op's own, allocations). A gap is the code that calls the next op (Python's between calls,
+  // the autograd engine's between nodes), which a fused op runs once. A gap that holds a module
+  // scope is left out: profiling's Python hooks there cost far more than the average record.
+  // Without that cost, the sum of their times.
+  double run_time(const std::vector<int32_t>& ops) const;
 
   // f(ops, count, parent): each thread's top-level ops (parent −1), then the children of every
   // op that has some. These are what a fusion can replace: top-level ops (nested ones dropped,
@@ -102,6 +110,9 @@ class OpIndex {
   std::set<Shape> distinct_shapes_;       // what OpShapes point into
   std::vector<double> device_time_;       // per event on device backends: what it launched took
   std::vector<double> profiled_cost_;     // per event, when the trace shows it: the profiler's cost inside
+  double profiled_cost_each_ = 0;         // and per record
+  // By process and thread, sorted: when each op record and allocation began, and each annotation.
+  std::map<std::pair<int64_t, int64_t>, std::vector<double>> record_starts_, annotation_starts_;
 };
 
 }  // namespace opfuse::analyze

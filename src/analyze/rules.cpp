@@ -54,6 +54,8 @@ RulePattern parse_pattern(const std::string& name, const YAML::Node& n) {
   if (n["measure"]) p.measure = scalar(name, n["measure"], "measure");
   if (n["shapes"]) p.shapes = parse_shapes(name, n["shapes"]);
   if (n["passes"]) p.passes = n["passes"].as<int>();
+  if (n["calls"]) p.calls = scalar(name, n["calls"], "calls");
+  if (!p.calls.empty() && p.measure.empty()) fail(name, n["calls"], "calls counts the measured op's calls: it needs measure");
   return p;
 }
 

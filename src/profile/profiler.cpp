@@ -217,6 +217,17 @@ struct MemoryReporter : torch::profiler::impl::ProfilerStateBase {
 };
 std::thread::id reporting_thread;  // where start() pushed the reporter, so stop() pops it there
 
+// The profiler state in this thread's slot: getTLS() in current torch, get(/*global=*/false) in 2.4.
+template <class State>
+auto thread_state(int) -> decltype(State::getTLS()) {
+  return State::getTLS();
+}
+template <class State>
+State* thread_state(long) {
+  return State::get(/*global=*/false);
+}
+using torch::profiler::impl::ProfilerStateBase;
+
 Event event_of(const RecordLog& log, const Record& r) {
   Event e;
   e.name = log.string(r.name);
@@ -261,8 +272,8 @@ void Profiler::start() {
       at::RecordFunctionCallback(on_enter, on_exit).needsInputs(true).needsIds(true).scopes(
           {at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION, at::RecordScope::USER_SCOPE}));
   // Under another profiler (torch.profiler) that one keeps the slot, and allocations go unrecorded.
-  if (torch::profiler::impl::ProfilerStateBase::getTLS() == nullptr) {
-    torch::profiler::impl::ProfilerStateBase::push(std::make_shared<MemoryReporter>());
+  if (thread_state<ProfilerStateBase>(0) == nullptr) {
+    ProfilerStateBase::push(std::make_shared<MemoryReporter>());
     reporting_thread = std::this_thread::get_id();
   }
   running = true;
@@ -274,8 +285,8 @@ void Profiler::stop() {
   running = false;
   // Stopped on another thread, the reporter stays on the starting thread's stack, silent.
   if (std::this_thread::get_id() == reporting_thread &&
-      dynamic_cast<MemoryReporter*>(torch::profiler::impl::ProfilerStateBase::getTLS()) != nullptr)
-    torch::profiler::impl::ProfilerStateBase::pop(/*global=*/false);
+      dynamic_cast<MemoryReporter*>(thread_state<ProfilerStateBase>(0)) != nullptr)
+    ProfilerStateBase::pop(/*global=*/false);
   reporting_thread = {};
 }
 

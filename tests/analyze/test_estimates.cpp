@@ -81,6 +81,34 @@ TEST(ProfilerCost, IsTheStepsExcessOverItsUnprofiledTimePerRecordedOp) {
   EXPECT_DOUBLE_EQ(unprofiled_step_us(a), 450);
 }
 
+// The code between a chain's ops (Python's between calls, the autograd engine's between nodes)
+// goes with the chain: here 40 µs between sigmoid's end and mul's start, of which profiling took
+// one record's 10 µs, mul's own. A gap that holds a module scope is left out.
+TEST(ProfilerCost, TheCodeBetweenAChainsOpsIsSavedWithIt) {
+  std::vector<Op> spaced = swish;
+  spaced[3].ts = 150;  // mul, 40 µs after sigmoid's end
+  const Analysis a = analysis_of(spaced, 2, R"({"plain_step_ms": 0.45})");
+  ASSERT_DOUBLE_EQ(a.trace.profiler_us_per_event, 10);
+  // sigmoid 100 less the two records inside it, mul 100, the gap 40 less 10; the fused op as
+  // the slowest op, 100
+  EXPECT_DOUBLE_EQ(finding(a, "silu").est_saving_us, 2 * ((80 + 100 + 30) - 100));
+  // Gaps no longer than a record's cost add nothing (the test above: 10 µs apart).
+
+  spaced.insert(spaced.begin() + 3, Op{"a module", 130, 125, "", ""});  // a scope opens between them
+  std::string events;
+  for (int s = 0; s < 2; ++s) {
+    events += (s ? "," : "") + event("user_annotation", {"ProfilerStep#" + std::to_string(s + 1), 500.0 * s, 500, "", ""});
+    for (Op op : spaced) {
+      op.ts += 500.0 * s;
+      events += "," + event(op.name == "a module" ? "user_annotation" : "cpu_op", op);
+    }
+  }
+  const trace::Trace t = trace::parse_trace(R"({"opfuse":{"plain_step_ms": 0.44},"traceEvents":[)" + events + "]}", "t.json");
+  const Analysis scoped = analyze(t, "t.json", default_rules(), {});
+  ASSERT_DOUBLE_EQ(scoped.trace.profiler_us_per_event, 10);  // 6 records a step, 60 µs
+  EXPECT_DOUBLE_EQ(finding(scoped, "silu").est_saving_us, 2 * (80 + 100 - 100));
+}
+
 TEST(ProfilerCost, AllocationsAreRecordsToo) {
   // Two allocations inside each sigmoid: 7 records a step, 10 µs each at 430 µs unprofiled, and
   // 40 µs inside each sigmoid.
@@ -125,6 +153,27 @@ TEST(SavingBetween, APartlyFusedChainKeepsWhatIsLeftOfItsSaving) {
   EXPECT_GT(was, is);
   EXPECT_GT(is, 0);
   EXPECT_DOUBLE_EQ(saving_between(b, c), was - is);
+}
+
+// A chain that rotates q and k side by side holds two calls of the fused op: `calls` counts them.
+TEST(Measured, ARuleCountsTheFusedOpsCallsInAMatch) {
+  const std::vector<Rule> rules = parse_rules(R"(rules:
+  - name: pairs
+    patterns: [{match: "(unbind-mul){1,2}", measure: silu, calls: unbind}]
+    replacement: {cpu: opfuse::silu})", "r.yaml");
+  std::string ev;
+  double ts = 0;
+  for (const char* name : {"aten::unbind", "aten::mul", "aten::unbind", "aten::mul", "aten::mm", "aten::unbind", "aten::mul"}) {
+    ev += std::string(ev.empty() ? "" : ",") + event("cpu_op", {name, ts, 10, xy, ""});
+    ts += 11;
+  }
+  Options o;
+  o.measure = [](const std::string&, const std::string&) { return 4.0; };
+  const Analysis a = analyze(trace::parse_trace("[" + ev + "]", "t.json"), "t.json", rules, o);
+  // two matches: 40 µs less two calls, 20 µs less one
+  EXPECT_DOUBLE_EQ(finding(a, "pairs").est_saving_us, (40 - 2 * 4) + (20 - 4));
+  EXPECT_THROW(parse_rules(R"(rules: [{name: x, patterns: [{match: a, calls: a}], replacement: {cpu: y}}])", "r.yaml"),
+               std::invalid_argument);
 }
 
 }  // namespace

@@ -14,8 +14,14 @@ python3 -m venv "$venv"
 torch_site="$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')"
 "$venv/bin/python" -c 'import site, sys; print(site.getsitepackages()[0])' > "$tmp/site"
 echo "$torch_site" > "$(cat "$tmp/site")/users_torch.pth"
-# The venv's own setuptools (ensurepip's 65) builds no wheel without the `wheel` package; the
-# user's environment is taken to have a current one (>= 70.1, as the project's venv has).
+# The venv's own setuptools (ensurepip's 65) builds no wheel without the `wheel` package: the
+# install says so in one line and what to run, before any build.
+if OPFUSE_BUILD_DIR="$build" "$venv/bin/pip" install -q --no-build-isolation --no-index --no-deps "$root/python" \
+    > "$tmp/old-setuptools.log" 2>&1; then
+  echo "pip install with setuptools 65 and no wheel package should have failed"; exit 1
+fi
+grep -q "pip install 'setuptools>=70.1'" "$tmp/old-setuptools.log" || { cat "$tmp/old-setuptools.log"; exit 1; }
+# With a current one (>= 70.1, as the project's venv has, seen through the .pth) it builds.
 "$venv/bin/python" -m pip uninstall -q -y setuptools
 OPFUSE_BUILD_DIR="$build" "$venv/bin/pip" install -q --no-build-isolation --no-index --no-deps "$root/python"
 cd "$tmp"

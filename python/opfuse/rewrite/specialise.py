@@ -174,6 +174,14 @@ class FusedForward(ReplacedForward):
         """The values the graph takes, in order (_traceable_class's for a forward with **kwargs)."""
         return [v for k, v in flat.items() if k != KEYWORDS]
 
+    def _fitting(self, flat, state):
+        """The first specialisation made for calls like this one, or None. A loop, not next() over
+        a generator, which torch.compile up to 2.7 cannot trace (a graph break per call)."""
+        for s in self.specialisations:
+            if s.fits(flat, state):
+                return s
+        return None
+
     def __call__(self, *args, **kwargs):
         m = self.module
         if _has_proxy(args) or _has_proxy(kwargs.values()):
@@ -187,7 +195,7 @@ class FusedForward(ReplacedForward):
                 held.append(_state_of(m))
             return held[0]
 
-        found = next((s for s in self.specialisations if s.fits(flat, state)), None)
+        found = self._fitting(flat, state)
         if torch.compiler.is_compiling():
             # torch.compile traces the rewritten forward it finds made (an eager call made it), and
             # the original one otherwise: tracing and rewriting inside its trace would break it
