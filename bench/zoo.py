@@ -65,6 +65,8 @@ def merge(args):
         sys.exit(f"zoo.py: {', '.join(args.merge)}: runs of different sizes or rounds do not make one table")
     rows = {}
     for run in runs:
+        for row in run["rows"]:
+            row.setdefault("cpu", run["machine"]["cpu"])  # rows of runs before rows named their machine
         rows.update((row["model"], row) for row in run["rows"])
     args.size, args.rounds = runs[0]["size"], runs[0]["rounds"]
     out = free_folder(args.out)
@@ -110,6 +112,7 @@ def measure(name, args):
     peer = result.to_json()["compile"]
     row = {"model": name, "library": library, "unit": "tokens" if unit == "sequences" else "images",
            "samples_per_step": samples, "threads": torch.get_num_threads(), "torch": torch.__version__,
+           "cpu": machine()["cpu"],
            "tune_s": time.perf_counter() - start, "rounds": peer["rounds"], "machine_busy": peer["machine_busy"],
            "kept": sorted(r.rule for r in result.replacements if r.kept),
            "kept_as_group": sorted(r["rule"] for r in result.to_json()["replacements"] if r.get("kept_as_group")),
@@ -164,14 +167,18 @@ def cell(m):
 
 
 def table(rows, args):
+    """The README's table; a table of rows measured on several CPUs (merged runs) names each row's."""
     info = machine()
-    lines = [f"{info['cpu']}, {rows[0].get('threads', '?') if rows else '?'} threads, torch {info['torch']}, "
-             f"size \"{args.size}\", {args.rounds}+ paired rounds; speed-up over eager [95% interval]", "",
-             "| model | eager | opfuse | compile | opfuse + compile | opfuse+compile / compile | tune s | compile s | peak RSS MB | kept |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    cpus = sorted({r.get("cpu", info["cpu"]) for r in rows})
+    several = len(cpus) > 1
+    lines = [f"{' and '.join(cpus) or info['cpu']}, {rows[0].get('threads', '?') if rows else '?'} threads, "
+             f"torch {info['torch']}, size \"{args.size}\", {args.rounds}+ paired rounds; speed-up over eager [95% interval]", "",
+             "| model | eager | opfuse | compile | opfuse + compile | opfuse+compile / compile | tune s | compile s | peak RSS MB | kept |"
+             + (" cpu |" if several else ""),
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if several else "")]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | failed: {r['error']} | | | | | | | | |")
+            lines.append(f"| {r['model']} | failed: {r['error']} | | | | | | | | |" + (f" {r.get('cpu', info['cpu'])} |" if several else ""))
             continue
         eager = r["eager"]
         pair = r.get("opfuse_compile_vs_compile")
@@ -180,7 +187,7 @@ def table(rows, args):
         lines.append(f"| {r['model']} | {eager['per_s']:.0f} {r['unit']}/s | {cell(r['opfuse'])} | {cell(r['compile'])} | "
                      f"{cell(r['opfuse + compile'])} | {pair_cell} | {r['tune_s']:.0f} | "
                      f"{'-' if ready is None else round(ready)} | {'-' if rss is None else round(rss)} | "
-                     f"{', '.join(r['kept']) or 'nothing'} |")
+                     f"{', '.join(r['kept']) or 'nothing'} |" + (f" {r.get('cpu', info['cpu'])} |" if several else ""))
     return "\n".join(lines) + "\n"
 
 
