@@ -18,9 +18,14 @@ def private_tmp(tmp_path):
 
 
 def launcher_leftovers(tmp):
-    """What the launcher left in TMPDIR (torchelastic_* by default); torch 2.x's own compile cache
-    (torchinductor_<user>, kept on purpose between runs) is not the launcher's."""
-    return [p for p in tmp.iterdir() if not p.name.startswith("torchinductor_")]
+    """What the launcher left in TMPDIR (torchelastic_* by default). Not the launcher's: torch 2.x's
+    own compile cache (torchinductor_<user>, kept on purpose between runs), and the folder torch
+    2.7's torch.distributed.nn.jit writes its remote-module template into on import and removes at
+    exit, which a killed rank never reaches."""
+    def torchs(p):
+        return p.name.startswith("torchinductor_") or (
+            p.is_dir() and [c.name for c in p.iterdir()] == ["_remote_module_non_scriptable.py"])
+    return [p for p in tmp.iterdir() if not torchs(p)]
 
 
 def free_port():
