@@ -217,7 +217,8 @@ struct MemoryReporter : torch::profiler::impl::ProfilerStateBase {
 };
 std::thread::id reporting_thread;  // where start() pushed the reporter, so stop() pops it there
 
-// The profiler state in this thread's slot: getTLS() in current torch, get(/*global=*/false) in 2.4.
+// The profiler state in this thread's slot: getTLS() in current torch, get(/*global=*/false) in 2.7
+// and before.
 template <class State>
 auto thread_state(int) -> decltype(State::getTLS()) {
   return State::getTLS();
