@@ -34,11 +34,10 @@ def check_wheel_support():
     (before, in the separate `wheel` package); --no-build-isolation installs neither. A venv made
     by Python 3.11's venv module holds setuptools 65."""
     import setuptools
-    have = tuple(int(p) for p in setuptools.__version__.split(".")[:2] if p.isdigit())
     try:
         import wheel  # noqa: F401
     except ImportError:
-        if have < (70, 1):
+        if tuple(int(p) for p in setuptools.__version__.split(".")[:2] if p.isdigit()) < (70, 1):
             sys.exit(f"opfuse: this environment's setuptools {setuptools.__version__} cannot build a wheel "
                      "without the wheel package; run: pip install 'setuptools>=70.1', then "
                      "pip install --no-build-isolation ./python again")

@@ -97,27 +97,31 @@ OpIndex::OpIndex(const Trace& t, const Links& m, Backend backend, double profile
       for (int32_t k : lane)
         for (int32_t op = m.launcher[k]; op >= 0; op = m.op_parent[op]) device_time_[op] += t.events[k].dur;
   } else if (profiler_us_per_event > 0) {
-    profiled_cost_ = profiled_cost_inside(t, m, profiler_us_per_event);
+    for (const trace::Allocation& a : t.memory) allocation_starts_.add(a.pid, a.tid, a.ts);
+    for (size_t i = 0; i < t.events.size(); ++i)
+      if (m.kind[i] == Kind::annotation) annotation_starts_.add(t.events[i].pid, t.events[i].tid, t.events[i].ts);
+    allocation_starts_.sort();
+    annotation_starts_.sort();
+    profiled_cost_ = profiled_cost_inside(t, m, profiler_us_per_event, allocation_starts_);
     profiled_cost_each_ = profiler_us_per_event;
-    for (size_t i = 0; i < t.events.size(); ++i) {
-      const std::pair<int64_t, int64_t> thread{t.events[i].pid, t.events[i].tid};
-      if (m.kind[i] == Kind::op) record_starts_[thread].push_back(t.events[i].ts);
-      if (m.kind[i] == Kind::annotation) annotation_starts_[thread].push_back(t.events[i].ts);
-    }
-    for (const trace::Allocation& a : t.memory) record_starts_[{a.pid, a.tid}].push_back(a.ts);
-    for (auto* by_thread : {&record_starts_, &annotation_starts_})
-      for (auto& [thread, starts] : *by_thread) std::sort(starts.begin(), starts.end());
   }
 }
 
-namespace {
-int64_t count_between(const std::map<std::pair<int64_t, int64_t>, std::vector<double>>& by_thread, const Event& e,
-                      double from, double to) {
-  const auto it = by_thread.find({e.pid, e.tid});
-  if (it == by_thread.end()) return 0;
+void StartsByThread::sort() {
+  for (auto& [thread, starts] : starts_) std::sort(starts.begin(), starts.end());
+}
+
+int64_t StartsByThread::within(const Event& e, double from, double to) const {
+  const auto it = starts_.find({e.pid, e.tid});
+  if (it == starts_.end() || to < from) return 0;
+  return std::upper_bound(it->second.begin(), it->second.end(), to) - std::lower_bound(it->second.begin(), it->second.end(), from);
+}
+
+int64_t StartsByThread::between(const Event& e, double from, double to) const {
+  const auto it = starts_.find({e.pid, e.tid});
+  if (it == starts_.end() || to <= from) return 0;
   return std::lower_bound(it->second.begin(), it->second.end(), to) - std::upper_bound(it->second.begin(), it->second.end(), from);
 }
-}  // namespace
 
 double OpIndex::run_time(const std::vector<int32_t>& ops) const {
   double sum = 0;
@@ -129,8 +133,8 @@ double OpIndex::run_time(const std::vector<int32_t>& ops) const {
     const Event& before = trace.events[in_order[k - 1]];
     const Event& next = trace.events[in_order[k]];
     const double from = before.ts + before.dur, to = next.ts;
-    if (to <= from || count_between(annotation_starts_, next, from, to) > 0) continue;
-    const int64_t records = 1 + count_between(record_starts_, next, from, to);  // the next op's own, and what began between
+    if (to <= from || annotation_starts_.between(next, from, to) > 0) continue;
+    const int64_t records = 1 + allocation_starts_.between(next, from, to);  // the next op's own, and what began between
     sum += std::max(0.0, to - from - profiled_cost_each_ * static_cast<double>(records));
   }
   return sum;
@@ -184,22 +188,12 @@ double profiler_cost(const Trace& t, const Links& m) {
   return per_step > 0 && step > t.plain_step_us ? (step - t.plain_step_us) / per_step : 0;
 }
 
-std::vector<double> profiled_cost_inside(const Trace& t, const Links& m, double each) {
+std::vector<double> profiled_cost_inside(const Trace& t, const Links& m, double each, const StartsByThread& allocations) {
   std::vector<double> cost(t.events.size(), 0);
-  for (size_t i = 0; i < t.events.size(); ++i)
-    if (m.kind[i] == Kind::op)
-      for (int32_t up = m.op_parent[i]; up >= 0; up = m.op_parent[up]) cost[up] += each;
-  std::map<std::pair<int64_t, int64_t>, std::vector<double>> allocations;  // by process and thread
-  for (const trace::Allocation& a : t.memory) allocations[{a.pid, a.tid}].push_back(a.ts);
-  for (auto& [thread, times] : allocations) std::sort(times.begin(), times.end());
   for (size_t i = 0; i < t.events.size(); ++i) {
     if (m.kind[i] != Kind::op) continue;
-    const Event& e = t.events[i];
-    const auto it = allocations.find({e.pid, e.tid});
-    if (it == allocations.end()) continue;
-    const std::vector<double>& times = it->second;
-    const auto from = std::lower_bound(times.begin(), times.end(), e.ts);
-    cost[i] += each * static_cast<double>(std::upper_bound(from, times.end(), e.ts + e.dur) - from);
+    for (int32_t up = m.op_parent[i]; up >= 0; up = m.op_parent[up]) cost[up] += each;
+    cost[i] += each * static_cast<double>(allocations.within(t.events[i], t.events[i].ts, t.events[i].ts + t.events[i].dur));
   }
   return cost;
 }

@@ -35,10 +35,24 @@ int64_t dtype_bytes(std::string_view type);
 // records; 0 without markers or that time.
 double profiler_cost(const trace::Trace& trace, const trace::Links& links);
 
+// Start times by process and thread, sorted, counted for e's thread: within [from, to] (inside
+// an op, its ends too) or between (from, to) (a gap between two ops, neither end).
+class StartsByThread {
+ public:
+  void add(int64_t pid, int64_t tid, double ts) { starts_[{pid, tid}].push_back(ts); }
+  void sort();
+  int64_t within(const trace::Event& e, double from, double to) const;
+  int64_t between(const trace::Event& e, double from, double to) const;
+
+ private:
+  std::map<std::pair<int64_t, int64_t>, std::vector<double>> starts_;
+};
+
 // Per event, what profiling took inside it at `each` per record: the ops inside an op and the
 // allocations its thread made while it ran (a per-parameter optimizer op makes none, a forward
 // op one or two).
-std::vector<double> profiled_cost_inside(const trace::Trace& trace, const trace::Links& links, double each);
+std::vector<double> profiled_cost_inside(const trace::Trace& trace, const trace::Links& links, double each,
+                                         const StartsByThread& allocations);
 
 // An op's tensor inputs (scalars and unknown entries dropped). Shapes are interned: equal
 // shapes are one object, so comparing them is comparing pointers.
@@ -78,8 +92,8 @@ class OpIndex {
   double device_time(int32_t e) const { return device_time_.empty() ? 0 : device_time_[e]; }
   bool less_profiling() const { return !profiled_cost_.empty(); }
   // What a run of sibling ops costs on a host trace whose profiling cost is known: their times
-  // and the gaps between them, each less that cost for the records its thread began in it (an
-  // op's own, allocations). A gap is the code that calls the next op (Python's between calls,
+  // and the gaps between them, each less that cost for the records its thread began in it (the
+  // next op's own, allocations; no other op starts between siblings). A gap is the code that calls the next op (Python's between calls,
   // the autograd engine's between nodes), which a fused op runs once. A gap that holds a module
   // scope is left out: profiling's Python hooks there cost far more than the average record.
   // Without that cost, the sum of their times.
@@ -111,8 +125,7 @@ class OpIndex {
   std::vector<double> device_time_;       // per event on device backends: what it launched took
   std::vector<double> profiled_cost_;     // per event, when the trace shows it: the profiler's cost inside
   double profiled_cost_each_ = 0;         // and per record
-  // By process and thread, sorted: when each op record and allocation began, and each annotation.
-  std::map<std::pair<int64_t, int64_t>, std::vector<double>> record_starts_, annotation_starts_;
+  StartsByThread allocation_starts_, annotation_starts_;  // with profiled_cost_
 };
 
 }  // namespace opfuse::analyze
