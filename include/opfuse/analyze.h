@@ -53,6 +53,9 @@ class Pattern {
 };
 
 enum class Shapes { any, same, broadcast };
+// The layout a pattern asks of its ops' 4-d tensor inputs: `contiguous`, torch's default NCHW
+// (a tensor of one channel or one pixel is channels-last too, so it neither fits nor bars).
+enum class MemoryFormat { any, contiguous };
 
 struct RulePattern {
   std::shared_ptr<Pattern> pattern;
@@ -60,6 +63,7 @@ struct RulePattern {
   Shapes shapes = Shapes::any;
   int passes = 0;       // full-size tensor passes the fused op makes (0: inputs + one output)
   std::string calls;    // the measured op runs once per op of this name in the match ("": once)
+  MemoryFormat memory_format = MemoryFormat::any;  // any: strides are not asked
 };
 
 // A TorchScript IR pattern and its replacement (torch::jit::SubgraphRewriter's form), for
@@ -96,6 +100,9 @@ struct Rule {
   std::map<Backend, std::string> replacement;
   std::vector<GraphRewrite> torchscript;
   PythonRewrite python;
+  // Layout rules: the memory format (torch's name, "channels_last") the model's 4-d parameters
+  // and buffers take, in any front end.
+  std::string memory_format;
   // Optimizer rules: the opfuse optimizer (opfuse.optim.<name> in Python, opfuse::optim::<name> in
   // C++) that takes the place of torch's of the same name.
   std::string optimizer;
@@ -162,6 +169,7 @@ struct Finding {
   double time_us = 0, est_saving_us = 0;  // time_us: the saving's basis, device time on device backends
   double host_us = 0, device_us = 0;     // the matched ops' host time; the device time of what they launched
   std::string estimate;       // how the saving was estimated: "measured opfuse::silu", "bandwidth"
+  bool estimated = true;      // false: no estimate holds (a layout change), est_saving_us is 0
   // The critical path (critical_path.cpp): the share of the matched ops' time on it, and so the
   // part of the saving that shortens the step.
   double critical_share = 0, saving_on_path_us = 0;

@@ -20,6 +20,7 @@ struct Event {
   uint32_t name = 0, category = 0;  // indices into Trace::strings
   uint32_t module = 0;              // "Module Hierarchy" (0: none)
   uint32_t dims = 0;                // "Input Dims" as "4,3,64,64;;" (inputs split by ';')
+  uint32_t strides = 0;             // "Input Strides", written as dims are (0: not recorded)
   uint32_t types = 0;               // "Input type" as "float;float"
   uint32_t stack = 0;               // the first frames of "Call stack", split by ';'
   char phase = 'X';                 // X, B, E, s, f, i, C

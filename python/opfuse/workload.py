@@ -240,7 +240,7 @@ def make(native):
             gen = torch.Generator().manual_seed(seed + 2)
             for _ in range(2):
                 for _, p in named:
-                    p.grad = torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype)
+                    p.grad = _gradient_like(p, torch.randn(p.shape, generator=gen, dtype=torch.float64))
                 optimizer.step()
             return [(n, p.detach() - b) for (n, p), b in zip(named, before)]
 
@@ -262,6 +262,8 @@ def make(native):
             if rule.optimizer:
                 parts.append(f"torch.optim.{rule.optimizer}'s per-tensor step -> fused (torch's fused=True, "
                              f"else opfuse.optim.{rule.optimizer})")
+            if rule.memory_format:
+                parts.append(f"the model's 4-d parameters and buffers -> torch.{rule.memory_format}")
             if not parts:
                 return []
 
@@ -279,6 +281,8 @@ def make(native):
                 places += rewrite.rewrite_forwards(self.model, rule, self.rules, self.calls, self.not_traced)
             if rule.optimizer:
                 places += self._swap_optimizer(rule.optimizer)
+            if rule.memory_format:
+                places += _to_memory_format(self.model, getattr(torch, rule.memory_format))
             if places:
                 self.applied.append(rule.name)
                 self.optimizer = self.optimizer_factory(self.model.parameters())
@@ -316,6 +320,25 @@ def make(native):
             return [path + ".state_dict.pt"]
 
     return PythonWorkload
+
+
+def _gradient_like(p, values):
+    """values as p's gradient: in p's dtype and strides, as autograd lays out a gradient. torch's
+    fused optimizers (SGD(fused=True) in 2.15) read a gradient as if it had its parameter's
+    strides, so an NCHW gradient of a channels-last weight gives a wrong update, without an error."""
+    return torch.empty_like(p, dtype=p.dtype).copy_(values)
+
+
+def _to_memory_format(model, memory_format):
+    """The model's 4-d parameters and buffers in that memory format, in place (Module.to's
+    memory_format would, each parameter kept the same object); returns how many were not in it.
+    The inputs may stay as they come: a convolution whose weight is channels-last computes
+    channels-last, and the ops after it keep the layout they are given."""
+    moved = sum(1 for t in list(model.parameters()) + list(model.buffers())
+                if t.dim() == 4 and not t.is_contiguous(memory_format=memory_format))
+    if moved:  # not Module.to, which would ask it of 5-d tensors too
+        model._apply(lambda t: t.contiguous(memory_format=memory_format) if t.dim() == 4 else t)
+    return moved
 
 
 def _open_scope(recorder, path):

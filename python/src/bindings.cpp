@@ -297,6 +297,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("python_kind", [](const opfuse::analyze::Rule& r) { return r.python.kind; })
       .def_property_readonly("python_fx", [](const opfuse::analyze::Rule& r) { return r.python.fx; })
       .def_property_readonly("optimizer", [](const opfuse::analyze::Rule& r) { return r.optimizer; })
+      .def_property_readonly("memory_format", [](const opfuse::analyze::Rule& r) { return r.memory_format; })
       .def("matches_whole", &matches_whole, py::arg("ops"),
            "whether one of the rule's patterns matches exactly this chain of op names")
       .def("__repr__", [](const opfuse::analyze::Rule& r) { return "<opfuse rule " + r.name + ">"; });

@@ -42,6 +42,12 @@ int64_t CostModel::covered_ops(const Match& mt) const {
 // it, else the chain's matrix products as they ran plus its other ops' bytes at the bandwidth
 // they achieved.
 double CostModel::fused_time(const Match& mt, std::string& how) {
+  if (mt.rule != nullptr && !mt.rule->memory_format.empty()) {
+    // A layout change speeds up the ops it matched and every op after them, backward included,
+    // by what their kernels make of the layout: no figure from the matched ops would hold.
+    how = "not estimated: tune measures a layout change";
+    return match_time(mt);
+  }
   const std::vector<int32_t>& ops = bytes_ops(mt);
   if (const double us = measured_time(mt, ops); us >= 0) {
     how = "measured opfuse::" + mt.pattern->measure;

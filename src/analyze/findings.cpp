@@ -99,6 +99,7 @@ std::vector<Finding> find_fusions(const Trace& trace, const Links& links, const 
     Finding f;
     std::map<uint32_t, Location> where;             // by place: count and saving (`where` filled last)
     std::vector<std::string> patterns, estimates;   // distinct, in order seen
+    bool estimated = true;                          // false: a layout change (cost.cpp)
   };
   std::map<std::string, Tally> by_key;
   auto add_once = [](std::vector<std::string>& list, const std::string& s) {
@@ -120,6 +121,7 @@ std::vector<Finding> find_fusions(const Trace& trace, const Links& links, const 
       f.est_saving_us += cost.saving_us();
       if (mt.pattern != nullptr) add_once(tally.patterns, mt.pattern->pattern->text());
       add_once(tally.estimates, cost.how);
+      tally.estimated = mt.rule == nullptr || mt.rule->memory_format.empty();
       Location& here = tally.where[locator.location(mt.ops[0])];
       here.count += 1;
       here.ops += cost.ops;
@@ -131,7 +133,8 @@ std::vector<Finding> find_fusions(const Trace& trace, const Links& links, const 
     Finding& f = tally.f;
     if (f.mined && f.occurrences < options.min_chain_occurrences) continue;
     if (!f.mined) f.pattern = join(tally.patterns, " | ");
-    f.estimate = join(tally.estimates, ", ") + (index.less_profiling() ? ", less profiling's cost" : "");
+    f.estimated = tally.estimated;
+    f.estimate = join(tally.estimates, ", ") + (f.estimated && index.less_profiling() ? ", less profiling's cost" : "");
     for (auto& [loc, here] : tally.where) {
       here.where = locator.where(loc);
       f.locations.push_back(std::move(here));
@@ -145,8 +148,11 @@ std::vector<Finding> find_fusions(const Trace& trace, const Links& links, const 
   }
   std::vector<size_t> order(out.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return out[a].est_saving_us > out[b].est_saving_us; });
+  // By saving; a finding with no estimate (a layout change) after those that save, before those that save nothing.
+  auto rank = [&](size_t i) { return out[i].est_saving_us > 0 ? 0 : out[i].estimated ? 2 : 1; };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return rank(a) != rank(b) ? rank(a) < rank(b) : out[a].est_saving_us > out[b].est_saving_us;
+  });
   std::vector<Finding> sorted;
   std::map<std::string, int32_t> position;  // key → place in `sorted`
   for (size_t i : order) {

@@ -119,7 +119,38 @@ class RuleMatcher {
     const auto children = static_cast<size_t>(rule.min_children);
     if (rule.min_children > 0 && (ops.size() != 1 || index.links.child_count(ops[0]) < children)) return Verdict::no;
     if (!rule.fused_by.empty() && runs_any(ops[0], rule.fused_by)) return Verdict::no;
+    if (rp.memory_format == MemoryFormat::contiguous &&
+        !std::all_of(ops.begin(), ops.end(), [&](int32_t e) { return in_contiguous_format(e); }))
+      return Verdict::no;
     return shapes_ok(ops, rp.shapes);
+  }
+
+  // Whether an op's 4-d tensor inputs are in torch's contiguous (NCHW) format, at least one of them
+  // not channels-last as well. Without recorded strides (opfuse's profiler before them, the legacy
+  // profiler) it cannot be told, and a layout is never changed on a guess.
+  bool in_contiguous_format(int32_t e) const {
+    const trace::Event& ev = index.trace.events[e];
+    if (ev.strides == 0) return false;
+    const auto sizes = parse_dims(index.trace.strings[ev.dims]);
+    const auto strides = parse_dims(index.trace.strings[ev.strides]);
+    bool decided = false;
+    for (size_t k = 0; k < sizes.size() && k < strides.size(); ++k) {
+      const std::vector<int64_t>& s = sizes[k];
+      if (s.size() != 4) continue;
+      if (!row_major(s, strides[k])) return false;
+      decided |= s[1] > 1 && s[2] * s[3] > 1;
+    }
+    return decided;
+  }
+
+  static bool row_major(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+    if (strides.size() != sizes.size()) return false;
+    int64_t expected = 1;
+    for (size_t d = sizes.size(); d-- > 0;) {
+      if (sizes[d] != 1 && strides[d] != expected) return false;  // a dimension of one may have any stride
+      expected *= sizes[d];
+    }
+    return true;
   }
 
   // Whether one of the op's children is one of these ops (named as patterns name them, "aten::" dropped).

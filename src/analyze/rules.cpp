@@ -55,6 +55,11 @@ RulePattern parse_pattern(const std::string& name, const YAML::Node& n) {
   if (n["shapes"]) p.shapes = parse_shapes(name, n["shapes"]);
   if (n["passes"]) p.passes = n["passes"].as<int>();
   if (n["calls"]) p.calls = scalar(name, n["calls"], "calls");
+  if (n["memory_format"]) {
+    if (scalar(name, n["memory_format"], "memory_format") != "contiguous")
+      fail(name, n["memory_format"], "a pattern's memory_format must be contiguous");
+    p.memory_format = MemoryFormat::contiguous;
+  }
   if (!p.calls.empty() && p.measure.empty()) fail(name, n["calls"], "calls counts the measured op's calls: it needs measure");
   return p;
 }
@@ -103,6 +108,10 @@ Rule parse_opfuse_rule(const std::string& name, const YAML::Node& n) {
     }
   }
   if (n["optimizer"]) r.optimizer = scalar(name, n["optimizer"], "an opfuse optimizer class");  // over python's
+  if (n["memory_format"]) {
+    r.memory_format = scalar(name, n["memory_format"], "memory_format");
+    if (r.memory_format != "channels_last") fail(name, n["memory_format"], "a rule's memory_format must be channels_last");
+  }
   return r;
 }
 

@@ -17,7 +17,7 @@ struct Event {
   uint64_t tid = 0, forward_tid = 0;
   int64_t sequence_nr = -1, external_id = 0;
   EventKind kind = EventKind::op;
-  std::string input_dims, input_types;  // JSON arrays, already formatted
+  std::string input_dims, input_strides, input_types;  // JSON arrays, already formatted
   std::string module;                   // innermost enclosing module scope, or empty
 };
 

@@ -29,12 +29,12 @@ int64_t now_ns() {
 
 struct Context : at::ObserverContext {
   int64_t start_ns = 0;
-  std::string dims, types;
+  std::string dims, strides, types;
 };
 
 // One recorded event, its strings as ids into its thread's table.
 struct Record {
-  uint32_t name = 0, input_dims = 0, input_types = 0, module = 0;
+  uint32_t name = 0, input_dims = 0, input_strides = 0, input_types = 0, module = 0;
   EventKind kind = EventKind::op;
   int64_t start_ns = 0, end_ns = 0;
   uint64_t tid = 0, forward_tid = 0;
@@ -126,29 +126,38 @@ ThreadBuffer& buffer() {
 }
 
 // "[[16, 3, 224, 224], [32, 3, 3, 3], []]" and "[\"float\", \"float\", \"Scalar\"]".
-void describe_inputs(const at::RecordFunction& fn, std::string& dims, std::string& types) {
-  dims = "[";
-  types = "[";
+void append_array(std::string& out, c10::IntArrayRef values) {
+  out += "[";
+  for (size_t d = 0; d < values.size(); ++d) out += (d ? ", " : "") + std::to_string(values[d]);
+  out += "]";
+}
+
+// Sizes, strides (Kineto's "Input Strides": the layout a channels-last rule asks about) and types.
+void describe_inputs(const at::RecordFunction& fn, Context& ctx) {
+  ctx.dims = ctx.strides = ctx.types = "[";
   bool first = true;
   for (const c10::IValue& v : fn.inputs()) {
     if (!first) {
-      dims += ", ";
-      types += ", ";
+      ctx.dims += ", ";
+      ctx.strides += ", ";
+      ctx.types += ", ";
     }
     first = false;
     if (v.isTensor() && v.toTensor().defined()) {
       const at::Tensor& t = v.toTensor();
-      dims += "[";
-      for (int64_t d = 0; d < t.dim(); ++d) dims += (d ? ", " : "") + std::to_string(t.size(d));
-      dims += "]";
-      types += std::string("\"") + c10::toString(t.scalar_type()) + "\"";
+      append_array(ctx.dims, t.sizes());
+      // a sparse or nested tensor has no strides
+      append_array(ctx.strides, t.layout() == at::kStrided && !t.is_nested() ? t.strides() : c10::IntArrayRef{});
+      ctx.types += std::string("\"") + c10::toString(t.scalar_type()) + "\"";
     } else {
-      dims += "[]";
-      types += v.isScalar() ? "\"Scalar\"" : v.isNone() ? "\"\"" : "\"" + v.tagKind() + "\"";
+      ctx.dims += "[]";
+      ctx.strides += "[]";
+      ctx.types += v.isScalar() ? "\"Scalar\"" : v.isNone() ? "\"\"" : "\"" + v.tagKind() + "\"";
     }
   }
-  dims += "]";
-  types += "]";
+  ctx.dims += "]";
+  ctx.strides += "]";
+  ctx.types += "]";
 }
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
@@ -156,10 +165,9 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (fn.scope() == at::RecordScope::USER_SCOPE) {
     const std::string name = fn.name();
     if (name.rfind("ProfilerStep#", 0) != 0) buffer().modules.push_back(name);
-    ctx->dims = "[]";
-    ctx->types = "[]";
+    ctx->dims = ctx->strides = ctx->types = "[]";
   } else {
-    describe_inputs(fn, ctx->dims, ctx->types);
+    describe_inputs(fn, *ctx);
   }
   ctx->start_ns = now_ns();
   return ctx;
@@ -182,6 +190,7 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* base) {
                                                               : EventKind::op;
   e.external_id = next_external_id++;
   e.input_dims = b.records.intern(ctx->dims);
+  e.input_strides = b.records.intern(ctx->strides);
   e.input_types = b.records.intern(ctx->types);
   if (e.kind == EventKind::user_annotation && !b.modules.empty() && b.modules.back() == fn.name()) b.modules.pop_back();
   if (!b.modules.empty()) e.module = b.records.intern(b.modules.back());
@@ -236,7 +245,8 @@ Event event_of(const RecordLog& log, const Record& r) {
   e.tid = r.tid, e.forward_tid = r.forward_tid;
   e.sequence_nr = r.sequence_nr, e.external_id = r.external_id;
   e.kind = r.kind;
-  e.input_dims = log.string(r.input_dims), e.input_types = log.string(r.input_types);
+  e.input_dims = log.string(r.input_dims), e.input_strides = log.string(r.input_strides);
+  e.input_types = log.string(r.input_types);
   e.module = log.string(r.module);
   return e;
 }

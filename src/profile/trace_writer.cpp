@@ -54,7 +54,8 @@ const char* category(EventKind k) { return k == EventKind::user_annotation ? "us
 std::string complete_event(const Event& e, int pid, int64_t origin_ns) {
   std::string args = fmt::format("\"External id\": {}", e.external_id);
   if (e.kind != EventKind::user_annotation) {
-    args += fmt::format(", \"Input Dims\": {}, \"Input type\": {}", e.input_dims, e.input_types);
+    args += fmt::format(", \"Input Dims\": {}, \"Input Strides\": {}, \"Input type\": {}", e.input_dims,
+                        e.input_strides.empty() ? "[]" : e.input_strides, e.input_types);
     if (e.sequence_nr >= 0) args += fmt::format(", \"Sequence number\": {}, \"Fwd thread id\": {}", e.sequence_nr, e.forward_tid);
   }
   if (!e.module.empty()) args += ", \"Module Hierarchy\": " + quoted(e.module);

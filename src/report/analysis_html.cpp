@@ -213,7 +213,7 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     const rows = findings.map((f) => ({
       attrs: { class: "finding", "data-rule": str(f.rule) },
       cells: [str(f.rule) || str(f.kind), str(f.pattern), str(f.replacement) || "–", str(f.backend),
-        count(f.occurrences), ms(perStep(f.time_us)), ms(perStep(f.est_saving_us)),
+        count(f.occurrences), ms(perStep(f.time_us)), f.estimated === false ? "not estimated" : ms(perStep(f.est_saving_us)),
         isNum(f.critical_share) ? `${(f.critical_share * 100).toFixed(0)}%` : "–", locations(f)],
     }));
     s.append(el("h3", {}, "All findings"), table(columns, rows));

@@ -48,6 +48,7 @@ nlohmann::json finding_json(const Finding& f, analyze::Backend backend, int64_t 
           {"host_us", f.host_us},
           {"device_us", f.device_us},
           {"est_saving_us", f.est_saving_us},
+          {"estimated", f.estimated},
           {"time_us_per_step", per_step_json(steps, f.time_us)},
           {"est_saving_us_per_step", per_step_json(steps, f.est_saving_us)},
           {"estimate", f.estimate},
@@ -351,14 +352,17 @@ std::string format_analysis(const Analysis& a, int top, bool all) {
            "which ops are bound by memory\n";
 
   // Findings come sorted by saving, so those that save nothing are the tail: a fusion that
-  // saves nothing is no advice, and would read as one when it is the only row.
-  const auto saving = std::find_if(a.findings.begin(), a.findings.end(), [](const Finding& f) { return f.est_saving_us <= 0; });
+  // saves nothing is no advice, and would read as one when it is the only row. One with no
+  // estimate (a layout change) is advice, its saving for tune to measure.
+  const auto saving = std::find_if(a.findings.begin(), a.findings.end(),
+                                   [](const Finding& f) { return f.estimated && f.est_saving_us <= 0; });
   const auto listed = all ? a.findings.size() : static_cast<size_t>(saving - a.findings.begin());
   rows.clear();
   for (size_t i = 0; i < listed && static_cast<int>(i) < top; ++i) {
     const auto& f = a.findings[i];
     rows.push_back({f.mined ? clip(f.pattern, 40) : f.rule, clip(f.replacement, 40), std::to_string(f.occurrences),
-                    ms(per_step(a, f.time_us)), ms(per_step(a, f.est_saving_us)), f.estimate, places(f, 3)});
+                    ms(per_step(a, f.time_us)), f.estimated ? ms(per_step(a, f.est_saving_us)) : "-", f.estimate,
+                    places(f, 3)});
   }
   const char* unit = s.steps > 0 ? "per step" : "in the trace";
   out += fmt::format("\nfindings: {} ({} shown; times {})\n", a.findings.size(), rows.size(), unit);

@@ -329,6 +329,7 @@ struct Reader {
       else if (key == "correlation") e.correlation = integer(v);
       else if (key == "Module Hierarchy") e.module = string(v, module_memo);
       else if (key == "Input Dims") e.dims = dims(v);
+      else if (key == "Input Strides") e.strides = dims(v);  // the same arrays of integers
       else if (key == "Input type") e.types = types(v);
       else if (key == "Call stack") e.stack = stack(v);
       else if (key == "name" && metadata_name != nullptr && v.type() == json_type::string)

@@ -241,7 +241,7 @@ class Merger {
     auto id = [&](int64_t v) { return v < 0 ? -1 - static_cast<int64_t>(map_[-1 - v]) : v; };
     for (Event e : part.events) {
       e.name = map_[e.name], e.category = map_[e.category], e.module = map_[e.module];
-      e.dims = map_[e.dims], e.types = map_[e.types], e.stack = map_[e.stack];
+      e.dims = map_[e.dims], e.strides = map_[e.strides], e.types = map_[e.types], e.stack = map_[e.stack];
       e.pid = id(e.pid), e.tid = id(e.tid), e.flow_id = id(e.flow_id);
       begin_end_ |= is_begin_end(e);
       into_.events.push_back(e);

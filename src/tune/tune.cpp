@@ -239,14 +239,18 @@ const analyze::Finding* finding_of(const analyze::Analysis& a, const std::string
   return nullptr;
 }
 
-// The baseline's measured step less what its critical path says the kept rewrites take off it.
+// The baseline's measured step less what its critical path says the kept rewrites take off it;
+// 0 (no prediction) when a kept rewrite has no estimate (a layout change).
 double predicted_step_ms(const TuneResult& r) {
   const analyze::Analysis& a = r.baseline.analysis;
   if (a.critical_path.length_us <= 0 || a.trace.step_us <= 0) return 0;
   double saving = 0;
   for (const Replacement& rep : r.replacements)
     if (rep.kept)
-      if (const analyze::Finding* f = finding_of(a, rep.rule)) saving += f->saving_on_path_us;
+      if (const analyze::Finding* f = finding_of(a, rep.rule)) {
+        if (!f->estimated) return 0;
+        saving += f->saving_on_path_us;
+      }
   const double path_us = a.critical_path.length_us * analyze::unprofiled_step_us(a) / a.trace.step_us;
   return r.baseline.step_ms.median * std::max(0.0, 1 - saving / path_us);
 }

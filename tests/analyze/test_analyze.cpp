@@ -658,6 +658,40 @@ TEST(Analyze, ShapeUnknownNeverNamesTheWrongOp) {
   EXPECT_EQ(find(legacy, "swiglu")->occurrences, 1);
 }
 
+// One conv2d over an input and weight of these sizes and strides (none when strides is empty).
+std::string conv_trace(const std::string& dims, const std::string& strides) {
+  const std::string recorded = strides.empty() ? "" : R"(,"Input Strides":)" + strides;
+  return R"([{"ph":"X","cat":"cpu_op","name":"aten::conv2d","pid":1,"tid":1,"ts":0,"dur":50,"args":{"Input Dims":)" + dims +
+         recorded + "}}]";
+}
+
+// channels_last is advised for a convolution by its recorded strides: over NCHW, not over a
+// channels-last input or weight, not where neither tells (one channel; a 1x1 weight is both
+// layouts), never without strides; and with no estimate, which tune measures.
+TEST(Analyze, ChannelsLastIsAdvisedByTheConvolutionsStrides) {
+  const std::string nchw = "[[2,8,16,16],[8,8,3,3],[8]]";
+  const Analysis a = analyze_text(conv_trace(nchw, "[[2048,256,16,1],[72,9,3,1],[1]]"), Backend::cpu);
+  const Finding* f = find(a, "channels_last");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->kind, "layout");
+  EXPECT_FALSE(f->estimated);
+  EXPECT_EQ(f->est_saving_us, 0);
+  EXPECT_EQ(f->estimate, "not estimated: tune measures a layout change");
+  EXPECT_EQ(f->replacement, "model.to(memory_format=torch.channels_last)");
+  EXPECT_EQ(find(analyze_text(conv_trace(nchw, "[[2048,1,128,8],[72,9,3,1],[1]]"), Backend::cpu), "channels_last"), nullptr);
+  EXPECT_EQ(find(analyze_text(conv_trace(nchw, "[[2048,256,16,1],[72,1,24,8],[1]]"), Backend::cpu), "channels_last"), nullptr);
+  EXPECT_EQ(find(analyze_text(conv_trace(nchw, ""), Backend::cpu), "channels_last"), nullptr);
+  const std::string pointwise = "[[2,8,16,16],[8,8,1,1],[]]";
+  EXPECT_NE(find(analyze_text(conv_trace(pointwise, "[[2048,256,16,1],[8,1,1,1],[]]"), Backend::cpu), "channels_last"), nullptr);
+  const std::string one_channel = "[[2,1,16,16],[8,1,3,3],[8]]";
+  EXPECT_EQ(find(analyze_text(conv_trace(one_channel, "[[256,256,16,1],[9,9,3,1],[1]]"), Backend::cpu), "channels_last"),
+            nullptr);
+  EXPECT_THROW(parse_rules(R"(rules: [{name: x, patterns: [{match: a, memory_format: nhwc}], replacement: {cpu: y}}])", "r.yaml"),
+               std::invalid_argument);
+  EXPECT_THROW(parse_rules(R"(rules: [{name: x, patterns: [a], memory_format: nhwc, replacement: {cpu: y}}])", "r.yaml"),
+               std::invalid_argument);
+}
+
 // At whole µs a parent and its child tie: equal start and length. The nesting (and so the op
 // sequences and findings) must not depend on the order the file lists them in.
 TEST(Analyze, TiesAtWholeMicrosecondsNestTheSameInAnyFileOrder) {

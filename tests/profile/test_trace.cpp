@@ -87,11 +87,20 @@ TEST(Trace, IsKinetoLayoutWithSaneTimesAndNesting) {
   const auto ev = complete_events(trace);
   ASSERT_GT(ev.size(), 1000u);
   std::set<std::string> steps;
+  int convolutions = 0;
   for (const auto& e : ev) {
     EXPECT_GE(double(e["dur"]), 0.0) << e.dump();
     EXPECT_TRUE(e["cat"] == "cpu_op" || e["cat"] == "user_annotation") << e.dump();
     if (e["cat"] == "cpu_op") {
-      EXPECT_TRUE(e["args"].contains("Input Dims") && e["args"].contains("Input type"));
+      EXPECT_TRUE(e["args"].contains("Input Dims") && e["args"].contains("Input Strides") && e["args"].contains("Input type"));
+      EXPECT_EQ(e["args"]["Input Strides"].size(), e["args"]["Input Dims"].size()) << e.dump();
+    }
+    // Strides as torch.profiler records them: the model runs in torch's default (NCHW) layout.
+    if (e["name"] == "aten::conv2d" && convolutions++ == 0) {
+      const json& dims = e["args"]["Input Dims"][0];
+      ASSERT_EQ(dims.size(), 4u) << e.dump();
+      const int64_t c = dims[1], h = dims[2], w = dims[3];
+      EXPECT_EQ(e["args"]["Input Strides"][0], json({c * h * w, h * w, w, 1})) << e.dump();
     }
     const std::string name = e["name"];
     if (name.rfind("ProfilerStep#", 0) == 0) steps.insert(name);

@@ -83,6 +83,40 @@ def test_an_earlier_run_is_never_overwritten(tmp_path):
     assert first.out == str(tmp_path / "o") and second.out == str(tmp_path / "o-2")
 
 
+def test_channels_last_is_found_by_the_strides_applied_and_verified_with_a_fused_optimizer(tmp_path):
+    model, inputs, loss = tiny_effnet()
+    fused_sgd = lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9, fused=True)  # noqa: E731
+    result = opfuse.tune(model, inputs, loss, fused_sgd, out=str(tmp_path / "run"), **QUICK)
+    layout = next(r for r in result.replacements if r.rule == "channels_last")
+    # the 4-d parameters not channels-last already moved (a 1x1 or depthwise weight is both
+    # layouts: the stem's 3x3 over RGB alone); the user's model did not
+    four_d = [n for n, p in model.named_parameters() if p.dim() == 4]
+    moved = [n for n in four_d if not model.get_parameter(n).is_contiguous(memory_format=torch.channels_last)]
+    assert moved == ["_conv_stem.weight"]
+    assert layout.verified and layout.kept and layout.places == len(moved)
+    # torch's fused SGD misreads a gradient whose strides differ from its parameter's: the
+    # verifier's gradients are laid out as autograd lays them out, so the update agrees
+    assert layout.max_rel_error < 1e-4
+    assert all(p.is_contiguous() for p in model.parameters())
+    tuned = dict(result.model.named_parameters())
+    assert all(tuned[n].is_contiguous(memory_format=torch.channels_last) for n in four_d)
+    # NCHW inputs as they come: the first convolution's channels-last weight carries the layout on
+    out = {}
+    result.model._conv_stem.register_forward_hook(lambda m, args, y: out.setdefault("stem", y))
+    result.model(inputs[0])
+    assert out["stem"].is_contiguous(memory_format=torch.channels_last) and not out["stem"].is_contiguous()
+    # The analysis advises it from the baseline's strides, with no estimate, and no longer after it.
+    before = opfuse.analyze(str(tmp_path / "run" / "baseline.trace.json"))
+    advice = next(f for f in before.findings if f["rule"] == "channels_last")
+    assert advice["estimated"] is False and advice["est_saving_us"] == 0
+    # one per convolution over a feature map (the SE gate's over 1x1 pixels is either layout)
+    assert advice["occurrences"] == len(four_d) - len([n for n in four_d if "_se_" in n])
+    row = next(line for line in before.text.splitlines() if line.startswith("channels_last "))
+    assert "not estimated: tune measures a layout change" in row, row
+    after = opfuse.analyze(str(tmp_path / "run" / "tuned.trace.json"))
+    assert not any(f["rule"] == "channels_last" for f in after.findings)
+
+
 def test_profile_and_analyze_name_module_paths_forward_and_backward(tmp_path):
     model, inputs, loss = tiny_effnet()
     path = opfuse.profile(model, inputs, loss, steps=1, path=str(tmp_path / "t.json"))
