@@ -35,6 +35,9 @@ class Target {
   virtual void pass_dropout() {}
   // Converts parameters and buffers (float64 for the reference verification runs against).
   virtual void to(at::ScalarType dtype) = 0;
+  // Moves the 4-d parameters and buffers not channels-last already to channels-last, in place
+  // (the same tensors, which an optimizer may hold); returns how many moved.
+  virtual int to_channels_last() = 0;
   // A model with its own copy of every parameter and buffer and its own rewrites.
   virtual std::unique_ptr<Target> clone() const = 0;
   // Writes the model so it can be used: TorchScript for scripted models, weights and a config

@@ -11,6 +11,21 @@
 #include <unordered_set>
 
 namespace opfuse::rewrite {
+namespace {
+
+// The 4-d tensors not channels-last already, moved there in place; how many moved.
+int move_to_channels_last(const std::vector<at::Tensor>& tensors) {
+  torch::NoGradGuard no_grad;
+  int moved = 0;
+  for (at::Tensor t : tensors)
+    if (t.dim() == 4 && !t.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+      t.set_data(t.contiguous(at::MemoryFormat::ChannelsLast));
+      ++moved;
+    }
+  return moved;
+}
+
+}  // namespace
 
 EfficientNetTarget::EfficientNetTarget(std::string name, int image_size, int num_classes)
     : name_(std::move(name)), image_size_(image_size), num_classes_(num_classes) {
@@ -29,11 +44,20 @@ std::vector<std::pair<std::string, at::Tensor>> EfficientNetTarget::named_parame
   return out;
 }
 
+int EfficientNetTarget::to_channels_last() {
+  std::vector<at::Tensor> tensors = net->parameters();
+  for (const at::Tensor& b : net->buffers()) tensors.push_back(b);
+  const int moved = move_to_channels_last(tensors);
+  channels_last |= moved > 0;
+  return moved;
+}
+
 // Same architecture, then every parameter and buffer copied by name: the clone starts where this
-// model is, including BatchNorm's running statistics.
+// model is, including BatchNorm's running statistics (copied into its layout).
 std::unique_ptr<Target> EfficientNetTarget::clone() const {
   auto copy = std::make_unique<EfficientNetTarget>(name_, image_size_, num_classes_);
   for (const std::string& rule : fused) copy->fuse(rule);
+  if (channels_last) copy->to_channels_last();
   copy->net->train(net->is_training());
   torch::NoGradGuard no_grad;
   auto params = net->named_parameters();
@@ -53,6 +77,7 @@ std::vector<std::string> EfficientNetTarget::save(const std::string& base) const
                         {"image_size", image_size_},
                         {"num_classes", num_classes_},
                         {"fusions", fused},
+                        {"memory_format", channels_last ? "channels_last" : "contiguous"},
                         {"weights", weights}}
              .dump(2)
       << "\n";
@@ -61,7 +86,8 @@ std::vector<std::string> EfficientNetTarget::save(const std::string& base) const
 }
 
 std::string EfficientNetTarget::describe() const {
-  return fused.empty() ? "reference" : fmt::format("fused: {}", fmt::join(fused, ", "));
+  const std::string layout = channels_last ? " (channels-last)" : "";
+  return fused.empty() ? "reference" + layout : fmt::format("fused: {}{}", fmt::join(fused, ", "), layout);
 }
 
 std::unique_ptr<Target> efficientnet(const std::string& name, int image_size, int num_classes, uint64_t seed) {
@@ -95,6 +121,15 @@ std::vector<std::pair<std::string, at::Tensor>> TorchScriptTarget::named_paramet
 void TorchScriptTarget::pass_dropout() {
   for (torch::jit::Module m : module.modules())  // a handle: train() sets the shared object's flag
     if (m.type()->name() && m.type()->name()->name().find("Dropout") != std::string::npos) m.train(false);
+}
+
+int TorchScriptTarget::to_channels_last() {
+  std::vector<at::Tensor> tensors;
+  for (const at::Tensor& p : module.parameters(/*recurse=*/true)) tensors.push_back(p);
+  for (const at::Tensor& b : module.buffers(/*recurse=*/true)) tensors.push_back(b);
+  const int moved = move_to_channels_last(tensors);
+  if (moved > 0) applied.push_back("channels_last");
+  return moved;
 }
 
 std::unique_ptr<Target> TorchScriptTarget::clone() const {

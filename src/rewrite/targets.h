@@ -16,6 +16,7 @@ class EfficientNetTarget : public Target {
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() override;
   void set_training(bool on) override { net->train(on); }
   void to(at::ScalarType dtype) override { net->to(dtype); }
+  int to_channels_last() override;
   std::unique_ptr<Target> clone() const override;
   std::vector<std::string> save(const std::string& path_without_extension) const override;
   std::string describe() const override;
@@ -25,6 +26,7 @@ class EfficientNetTarget : public Target {
 
   models::EfficientNet net{nullptr};
   std::vector<std::string> fused;  // rules, in the order applied
+  bool channels_last = false;      // its 4-d tensors moved (clone and save keep the layout)
 
  private:
   std::string name_;
@@ -40,6 +42,7 @@ class TorchScriptTarget : public Target {
   void set_training(bool on) override { module.train(on); }
   void pass_dropout() override;
   void to(at::ScalarType dtype) override { module.to(dtype); }
+  int to_channels_last() override;
   std::unique_ptr<Target> clone() const override;
   std::vector<std::string> save(const std::string& path_without_extension) const override;
   std::string describe() const override;

@@ -270,8 +270,9 @@ std::vector<std::pair<std::string, at::Tensor>> ModelWorkload::updates(uint64_t 
   const auto optimizer = make_optimizer(params);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 2);
   for (int step = 0; step < 2; ++step) {
+    // laid out as autograd lays out p's gradient: a fused step may read it with p's strides
     for (at::Tensor& p : params)
-      p.mutable_grad() = at::randn(p.sizes(), gen, at::TensorOptions().dtype(at::kDouble)).to(p.scalar_type());
+      p.mutable_grad() = at::empty_like(p).copy_(at::randn(p.sizes(), gen, at::TensorOptions().dtype(at::kDouble)));
     optimizer->step();
   }
   std::vector<std::pair<std::string, at::Tensor>> out;
@@ -288,6 +289,13 @@ std::vector<Rewrite> ModelWorkload::rewrites_for(const analyze::Rule& rule) cons
                      m->fused_sgd_ = true;
                      m->optimizer_ = m->make_optimizer();
                      return 1;
+                   }});
+  if (!rule.memory_format.empty())  // channels_last, the one a rule may name (rules.cpp)
+    out.push_back({rule.name, "the model's 4-d parameters and buffers -> channels_last", [](Workload& w) {
+                     auto* m = dynamic_cast<ModelWorkload*>(&w);
+                     const int moved = m == nullptr ? 0 : m->model().to_channels_last();
+                     if (moved > 0) m->optimizer_ = m->make_optimizer();  // no state kept in the old layout
+                     return moved;
                    }});
   for (rewrite::Rewriter& rw : rewrite::rewriters_for(rule)) {
     auto apply = rw.apply;

@@ -26,11 +26,11 @@ EXPECTED = {
     "gpt2": {"fused_adamw", "gelu_tanh", "add_layer_norm"},
     "t5": {"fused_adamw", "rms_norm"},
     "bert": {"fused_adamw", "add_layer_norm"},
-    "timm_efficientnet_b0": {"fused_adamw"},
-    "timm_resnet50": {"fused_adamw"},
-    "timm_convnext_tiny": {"fused_adamw"},
-    "timm_vit_small_patch16_224": {"fused_adamw", "add_layer_norm"},
-    "efficientnet_pytorch_b0": {"fused_adamw", "silu", "batch_norm_silu", "se_gate"},
+    "timm_efficientnet_b0": {"fused_adamw", "channels_last"},
+    "timm_resnet50": {"fused_adamw", "channels_last"},
+    "timm_convnext_tiny": {"fused_adamw", "channels_last"},
+    "timm_vit_small_patch16_224": {"fused_adamw", "add_layer_norm", "channels_last"},
+    "efficientnet_pytorch_b0": {"fused_adamw", "silu", "batch_norm_silu", "se_gate", "channels_last"},
 }
 
 

@@ -206,6 +206,42 @@ TEST(TorchScript, FusedSgdTakesTheOptimizersPlaceAndVerifiesOnItsUpdates) {
   fused->step();  // trains
 }
 
+// channels_last on both C++ targets, with opfuse's fused SGD stepping: the 4-d weights not
+// channels-last already move (once), a clone keeps the layout, and the model verifies.
+TEST(ChannelsLast, MovesTheWeightsKeepsThemInAClonesAndVerifies) {
+  TuneOptions o = tiny();
+  SCOPED_TRACE("seed " + std::to_string(o.seed));
+  const auto rules = analyze::default_rules();
+  auto moved_weight = [](Workload& w) {
+    for (auto& [name, p] : dynamic_cast<ModelWorkload&>(w).model().named_parameters())
+      if (p.dim() == 4 && p.size(1) > 1 && p.size(2) * p.size(3) > 1) return p.is_contiguous(at::MemoryFormat::ChannelsLast);
+    return false;
+  };
+  const testing::TempDir dir;
+  TuneOptions scripted = o;
+  scripted.inputs = {{{3, 3, 12, 12}}};
+  scripted.model = "net.pt";
+  torch::manual_seed(o.seed);
+  for (auto model : {workload(rewrite::efficientnet("efficientnet-b0", o.image_size, o.num_classes, o.seed), o),
+                     workload(scripted_net(dir.str()), scripted)}) {
+    auto fused = model->clone();
+    EXPECT_EQ(model->rewrites_for(rule(rules, "fused_sgd")).front().apply(*fused), 1);
+    const auto rewrites = model->rewrites_for(rule(rules, "channels_last"));
+    ASSERT_EQ(rewrites.size(), 1u);
+    auto candidate = fused->clone();
+    EXPECT_EQ(rewrites[0].apply(*candidate), 1) << "the stem's 3x3 over RGB; 1x1 and depthwise weights are both layouts";
+    EXPECT_EQ(rewrites[0].apply(*candidate), 0) << "moved once";
+    EXPECT_TRUE(moved_weight(*candidate));
+    EXPECT_TRUE(moved_weight(*candidate->clone())) << "a clone keeps the layout";
+    EXPECT_FALSE(moved_weight(*model)) << "the original is untouched";
+    EXPECT_NE(candidate->describe().find("channels"), std::string::npos) << candidate->describe();
+    const Verdict v = verify(*fused, *candidate, o.seed);
+    EXPECT_TRUE(v.passed) << rejection(v);
+    EXPECT_LT(v.float64_error, 1e-12);
+    candidate->step();  // trains
+  }
+}
+
 // An LM head tied to its embedding: one tensor under two names. It is one parameter, it stays
 // one in a clone, and a step moves it by one SGD step (momentum's first step: lr * (g + wd * w)),
 // not two.
