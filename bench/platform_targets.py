@@ -1,10 +1,11 @@
 """Issue 36's targets on the two test models, each trained with its usual recipe and torch 2.x's
-best built-in options as the baseline (the Python EfficientNet-B0 with SGD(fused=True); the
-Llama-style model with F.scaled_dot_product_attention and AdamW(fused=True)): opfuse-tuned eager
+best built-in options as the baseline (the Python EfficientNet-B0 with SGD(fused=True), as
+written and again with its weights channels-last; the Llama-style model with
+F.scaled_dot_product_attention and AdamW(fused=True)): opfuse-tuned eager
 against that eager, and opfuse + torch.compile against torch.compile alone, all four measured in
 the same paired rounds (opfuse.tune with compare_compile).
 
-    .venv/bin/python bench/platform_targets.py [--rounds 5] [--threads 2]
+    .venv/bin/python bench/platform_targets.py [--rounds 5] [--threads 2] [--only TEXT]
 
 Check first that nothing else is busy (it prints `top`'s head).
 """
@@ -31,6 +32,11 @@ def recipes():
     """(name, (model, inputs, loss_fn), optimizer factory) with torch's best built-in options."""
     yield ("EfficientNet-B0 (Python), SGD fused", efficientnet.factory(image_size=96, batch_size=16),
            lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9, fused=True))
+    # channels-last is a built-in option too: the same model with its weights moved there first,
+    # where opfuse's channels_last rule has nothing left to do
+    model, inputs, loss = efficientnet.factory(image_size=96, batch_size=16)
+    yield ("EfficientNet-B0 (Python), SGD fused, channels-last", (model.to(memory_format=torch.channels_last), inputs, loss),
+           lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9, fused=True))
     yield ("Llama-style, SDPA, AdamW fused", llama.factory(attention="sdpa"),
            lambda params: torch.optim.AdamW(params, lr=3e-4, fused=True))
 
@@ -43,11 +49,14 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=5, help="paired rounds (tune's --rounds)")
     p.add_argument("--threads", type=int, default=2, help="intra-op threads")
+    p.add_argument("--only", metavar="TEXT", help="only the recipes whose name holds TEXT (efficientnet, channels-last, llama)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     print("\n".join(subprocess.run(["top", "-bn1"], capture_output=True, text=True).stdout.splitlines()[6:12]))
     rows = []
     for name, (model, inputs, loss), optimizer in recipes():
+        if args.only and args.only.lower() not in name.lower():
+            continue
         out = tempfile.mkdtemp(prefix="opfuse-targets-")
         r = opfuse.tune(model, inputs, loss, optimizer, rounds=args.rounds, compare_compile=True, quiet=True, out=out)
         print(f"\n## {name}\n{r.text}\nkept: {[x.rule for x in r.replacements if x.kept]}; folder {out}")

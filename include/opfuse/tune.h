@@ -152,6 +152,7 @@ struct TuneResult {
   // The tuned step as the baseline's critical path predicts it: the baseline's measured step less
   // the kept rewrites' estimated savings on its path, in proportion (0: no prediction).
   double predicted_step_ms = 0;
+  std::string not_predicted;  // why there is no prediction, where a kept rewrite has no estimate
   measure::Machine machine;  // the busier of the measurements
   measure::Environment environment;
   std::vector<Replacement> replacements;

@@ -326,7 +326,7 @@ def _gradient_like(p, values):
     """values as p's gradient: in p's dtype and strides, as autograd lays out a gradient. torch's
     fused optimizers (SGD(fused=True) in 2.15) read a gradient as if it had its parameter's
     strides, so an NCHW gradient of a channels-last weight gives a wrong update, without an error."""
-    return torch.empty_like(p, dtype=p.dtype).copy_(values)
+    return torch.empty_like(p).copy_(values)
 
 
 def _to_memory_format(model, memory_format):

@@ -138,7 +138,7 @@ class RuleMatcher {
       const std::vector<int64_t>& s = sizes[k];
       if (s.size() != 4) continue;
       if (!row_major(s, strides[k])) return false;
-      decided |= s[1] > 1 && s[2] * s[3] > 1;
+      decided |= s[1] > 1 && (s[2] > 1 || s[3] > 1);
     }
     return decided;
   }
@@ -148,7 +148,7 @@ class RuleMatcher {
     int64_t expected = 1;
     for (size_t d = sizes.size(); d-- > 0;) {
       if (sizes[d] != 1 && strides[d] != expected) return false;  // a dimension of one may have any stride
-      expected *= sizes[d];
+      if (sizes[d] < 0 || __builtin_mul_overflow(expected, sizes[d], &expected)) return false;  // unknown or absurd
     }
     return true;
   }

@@ -124,6 +124,8 @@ std::string format_tune(const TuneResult& r) {
   if (r.predicted_step_ms > 0)
     rows.push_back({"step time the critical path predicts, ms", "", fmt::format("{:.2f}", r.predicted_step_ms),
                     fmt::format("measured {:+.1f}% from it", 100 * (r.tuned.step_ms.median / r.predicted_step_ms - 1))});
+  else if (!r.not_predicted.empty())
+    rows.push_back({"step time the critical path predicts, ms", "", "-", "not predicted: " + r.not_predicted});
   rows.push_back({fmt::format("{}/s (from step time)", r.sample_unit), fmt::format("{:.1f}", r.baseline.images_per_sec),
                   fmt::format("{:.1f}", r.tuned.images_per_sec), measure::format_gain(r.speedup - 1, {r.speedup_ci.lo - 1, r.speedup_ci.hi - 1})});
   rows.push_back({"ops per step", fmt::format("{:.0f}", r.baseline.ops_per_step),
@@ -205,6 +207,7 @@ nlohmann::json tune_json(const TuneResult& r) {
           {"tuned", side_json(r.tuned)},
           {"speedup", r.speedup},
           {"predicted_step_ms", r.predicted_step_ms > 0 ? nlohmann::json(r.predicted_step_ms) : nlohmann::json(nullptr)},
+          {"not_predicted", r.not_predicted.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.not_predicted)},
           {"speedup_ci", interval_json(r.speedup_ci)},
           {"machine", machine_json(r.machine)},
           {"environment", environment_json(r.environment)},

@@ -240,15 +240,18 @@ const analyze::Finding* finding_of(const analyze::Analysis& a, const std::string
 }
 
 // The baseline's measured step less what its critical path says the kept rewrites take off it;
-// 0 (no prediction) when a kept rewrite has no estimate (a layout change).
-double predicted_step_ms(const TuneResult& r) {
+// 0 (no prediction, and `why`) when a kept rewrite has no estimate (a layout change).
+double predicted_step_ms(const TuneResult& r, std::string& why) {
   const analyze::Analysis& a = r.baseline.analysis;
   if (a.critical_path.length_us <= 0 || a.trace.step_us <= 0) return 0;
   double saving = 0;
   for (const Replacement& rep : r.replacements)
     if (rep.kept)
       if (const analyze::Finding* f = finding_of(a, rep.rule)) {
-        if (!f->estimated) return 0;
+        if (!f->estimated) {
+          why = fmt::format("{} has no estimate", rep.rule);
+          return 0;
+        }
         saving += f->saving_on_path_us;
       }
   const double path_us = a.critical_path.length_us * analyze::unprofiled_step_us(a) / a.trace.step_us;
@@ -577,7 +580,7 @@ TuneResult tune(const Workload& pristine, const TuneOptions& o, const Hooks& h, 
   result.speedup_ci = speedup.ci;
   if (result.machine.busy) warn(h, result.machine.warning);
   result.tuned.variant = tuned->describe();
-  result.predicted_step_ms = predicted_step_ms(result);
+  result.predicted_step_ms = predicted_step_ms(result, result.not_predicted);
 
   say(h, "tuned: profiling");
   result.tuned.trace = o.out_dir + "/" + trace_name(pristine, "tuned");

@@ -115,6 +115,10 @@ def test_channels_last_is_found_by_the_strides_applied_and_verified_with_a_fused
     assert "not estimated: tune measures a layout change" in row, row
     after = opfuse.analyze(str(tmp_path / "run" / "tuned.trace.json"))
     assert not any(f["rule"] == "channels_last" for f in after.findings)
+    # nor does the critical path predict the tuned step without it, and the report says so
+    assert result.to_json()["predicted_step_ms"] is None
+    assert result.to_json()["not_predicted"] == "channels_last has no estimate"
+    assert "not predicted: channels_last has no estimate" in result.text
 
 
 def test_profile_and_analyze_name_module_paths_forward_and_backward(tmp_path):
