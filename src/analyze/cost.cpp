@@ -42,12 +42,6 @@ int64_t CostModel::covered_ops(const Match& mt) const {
 // it, else the chain's matrix products as they ran plus its other ops' bytes at the bandwidth
 // they achieved.
 double CostModel::fused_time(const Match& mt, std::string& how) {
-  if (mt.rule != nullptr && !mt.rule->memory_format.empty()) {
-    // A layout change speeds up the ops it matched and every op after them, backward included,
-    // by what their kernels make of the layout: no figure from the matched ops would hold.
-    how = "not estimated: tune measures a layout change";
-    return match_time(mt);
-  }
   const std::vector<int32_t>& ops = bytes_ops(mt);
   if (const double us = measured_time(mt, ops); us >= 0) {
     how = "measured opfuse::" + mt.pattern->measure;
@@ -177,7 +171,15 @@ MatchCost CostModel::of(const Match& mt) {
   c.recorded_us = over_match(mt, [&](int32_t e) { return index.recorded_time(e); });
   c.host_us = over_match(mt, [&](int32_t e) { return index.host_time(e); });
   c.device_us = over_match(mt, [&](int32_t e) { return index.device_time(e); });
-  c.fused_us = fused_time(mt, c.how);
+  // A layout change speeds up the ops it matched and every op after them, backward included,
+  // by what their kernels make of the layout: no figure from the matched ops would hold.
+  c.estimated = mt.rule == nullptr || mt.rule->memory_format.empty();
+  if (c.estimated) {
+    c.fused_us = fused_time(mt, c.how);
+  } else {
+    c.how = "not estimated: tune measures a layout change";
+    c.fused_us = c.time_us;
+  }
   c.ops = covered_ops(mt);
   return c;
 }

@@ -18,6 +18,7 @@ struct MatchCost {
   double fused_us = 0;  // the fused op's estimated time
   std::string how;      // how fused_us was estimated ("measured opfuse::silu", "bandwidth", …)
   int64_t ops = 0;      // the ops that vanish with the fusion: the chain, its wrapper, a step's children
+  bool estimated = true;  // false: a layout change, which no figure from the matched ops estimates
   double saving_us() const { return time_us > fused_us ? time_us - fused_us : 0; }
 };
 

@@ -99,7 +99,6 @@ std::vector<Finding> find_fusions(const Trace& trace, const Links& links, const 
     Finding f;
     std::map<uint32_t, Location> where;             // by place: count and saving (`where` filled last)
     std::vector<std::string> patterns, estimates;   // distinct, in order seen
-    bool estimated = true;                          // false: a layout change (cost.cpp)
   };
   std::map<std::string, Tally> by_key;
   auto add_once = [](std::vector<std::string>& list, const std::string& s) {
@@ -121,7 +120,7 @@ std::vector<Finding> find_fusions(const Trace& trace, const Links& links, const 
       f.est_saving_us += cost.saving_us();
       if (mt.pattern != nullptr) add_once(tally.patterns, mt.pattern->pattern->text());
       add_once(tally.estimates, cost.how);
-      tally.estimated = mt.rule == nullptr || mt.rule->memory_format.empty();
+      f.estimated = cost.estimated;  // one rule per finding, so the same for each match
       Location& here = tally.where[locator.location(mt.ops[0])];
       here.count += 1;
       here.ops += cost.ops;
@@ -133,7 +132,6 @@ std::vector<Finding> find_fusions(const Trace& trace, const Links& links, const 
     Finding& f = tally.f;
     if (f.mined && f.occurrences < options.min_chain_occurrences) continue;
     if (!f.mined) f.pattern = join(tally.patterns, " | ");
-    f.estimated = tally.estimated;
     f.estimate = join(tally.estimates, ", ") + (f.estimated && index.less_profiling() ? ", less profiling's cost" : "");
     for (auto& [loc, here] : tally.where) {
       here.where = locator.where(loc);

@@ -55,7 +55,7 @@ std::string complete_event(const Event& e, int pid, int64_t origin_ns) {
   std::string args = fmt::format("\"External id\": {}", e.external_id);
   if (e.kind != EventKind::user_annotation) {
     args += fmt::format(", \"Input Dims\": {}, \"Input Strides\": {}, \"Input type\": {}", e.input_dims,
-                        e.input_strides.empty() ? "[]" : e.input_strides, e.input_types);
+                        e.input_strides, e.input_types);
     if (e.sequence_nr >= 0) args += fmt::format(", \"Sequence number\": {}, \"Fwd thread id\": {}", e.sequence_nr, e.forward_tid);
   }
   if (!e.module.empty()) args += ", \"Module Hierarchy\": " + quoted(e.module);
