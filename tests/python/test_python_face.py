@@ -779,6 +779,74 @@ def test_hugging_face_eager_attention_is_replaced_with_its_mask_found_causal(sca
     assert not torch.allclose(dropped, kept)
 
 
+class _Returns5(nn.Module):
+    """An attention module that returns its probabilities (transformers 5's eager attention) inside
+    a decoder layer that reads them or drops them, or whose parent also calls the module itself."""
+
+    def __init__(self, dim=32, heads=4, uses_weights=False):
+        super().__init__()
+        self.attn, self.heads, self.uses_weights = _Eager5(dim, heads), heads, uses_weights
+
+    def forward(self, x, mask):
+        out, weights = self.attn(x, mask)
+        return out + weights.mean() if self.uses_weights else out
+
+
+class _Eager5(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(dim, dim, bias=False) for _ in range(3))
+
+    def forward(self, x, mask):
+        b, t, _ = x.size()
+        q, k, v = (f(x).view(b, t, self.heads, self.head_dim).transpose(1, 2) for f in (self.q_proj, self.k_proj, self.v_proj))
+        w = torch.matmul(q, k.transpose(2, 3)) * self.head_dim ** -0.5
+        w = nn.functional.softmax(w + mask, dim=-1, dtype=torch.float32).to(q.dtype)
+        w = nn.functional.dropout(w, p=0.0, training=self.training)
+        return torch.matmul(w, v).transpose(1, 2).reshape(b, t, -1), w
+
+
+class _CallsItsGrandchild(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = _Returns5()
+
+    def forward(self, x, mask):
+        _, weights = self.layer.attn(x, mask)  # read here, past the layer that drops them
+        return self.layer(x, mask) + weights.mean()
+
+
+@pytest.mark.parametrize("uses_weights", [False, True])
+def test_attention_returning_its_probabilities_is_fused_only_where_every_caller_drops_them(uses_weights):
+    """transformers 5's eager attention returns its probabilities beside its output; a fused
+    attention has none. Where every call of the module comes from its parent's graph, which takes
+    them out and never uses them, the rewrite returns None there (as transformers' SDPA does)."""
+    x = torch.randn(2, 8, 32)
+    mask = torch.full((8, 8), torch.finfo(torch.float32).min).triu(1)[None, None]
+    model = _Returns5(uses_weights=uses_weights)
+    reference = copy.deepcopy(model)
+    done = dict(opfuse.patch(model, (x, mask), lambda s: s.pow(2).mean()))
+    assert done.get("attention", 0) == (0 if uses_weights else 1), done
+    got, ran = _opfuse_ops_run(model, x, mask)
+    assert ("opfuse::attention" in ran) == (not uses_weights)
+    assert torch.allclose(got, reference(x, mask), rtol=1e-5, atol=1e-6)
+    if not uses_weights:
+        assert model.attn(x, mask)[1] is None and reference.attn(x, mask)[1] is not None
+
+
+def test_attention_probabilities_read_by_another_caller_keep_the_attention_as_written(tmp_path):
+    """The layer drops them, but its parent calls the attention module itself and reads them: the
+    layer's graph is not every caller (one recorded call of the layer, two of the module), so no
+    rewrite is tried, rather than one that fails to run and is rejected."""
+    x = torch.randn(2, 8, 32)
+    mask = torch.full((8, 8), torch.finfo(torch.float32).min).triu(1)[None, None]
+    result = opfuse.tune(_CallsItsGrandchild(), (x, mask), lambda s: s.pow(2).mean(), out=str(tmp_path / "run"), **QUICK)
+    assert "attention" not in {r.rule for r in result.replacements}
+    attention = next(n for n in result.not_applied if n["rule"] == "attention")
+    assert "match nothing" in attention["why"]
+
+
 def _rotary_ops_run(module, *args):
     """module(*args) and how many opfuse::rotary_embedding calls it made (torch 1.13's profiler
     now and then also records the call the autograd kernel makes inside: not counted)."""

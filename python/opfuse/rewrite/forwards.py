@@ -1,6 +1,8 @@
 """The fx rewrite of a model: every user module's forward traced once and rewritten by a rule's
 patterns."""
 
+import operator
+
 from .tracing import is_library_leaf
 from .fx_match import _MatchContext, _compiled_pattern
 from .specialise import FusedForward
@@ -10,7 +12,7 @@ def rewrite_forwards(model, rule, rules, calls, not_traced):
     """Applies the rule's fx pairs to every user module's forward; returns how many chains were
     replaced. Modules that do not trace go into not_traced {path: reason}."""
     patterns = [_compiled_pattern(p.pattern, p.replacement, tuple(p.outputs)) for p in rule.python_fx]
-    replaced = 0
+    replaced, traced = 0, {}
     for path, module in list(model.named_modules()):
         call = calls.get(path)
         if is_library_leaf(module) or call is None:
@@ -23,8 +25,33 @@ def rewrite_forwards(model, rule, rules, calls, not_traced):
             except Exception as e:
                 not_traced[path or "(model)"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 continue
+        traced[path] = fused
+        fused.read_only(_read_outputs(path, calls, traced))
         count = fused.rewrite(patterns, _MatchContext(module, path, rules, calls))
         if count:
             replaced += count
             module.forward = fused
     return replaced
+
+
+def _read_outputs(path, calls, traced):
+    """The items of the module's output tuple its callers read, or None for all: known when every
+    call of it in the recorded forward came from its parent's traced graph, which takes items out
+    of it and passes the tuple nowhere (Hugging Face's attention returns its probabilities beside
+    its output, and the decoder layer drops them: `hidden_states, _ = self.self_attn(...)`)."""
+    parent_path, _, name = path.rpartition(".")
+    parent = traced.get(parent_path) if path else None
+    if parent is None or path not in calls or parent_path not in calls:
+        return None
+    read, sites = set(), 0
+    for training, graph in parent.graphs.items():
+        for node in graph.nodes:
+            if node.op != "call_module" or node.target != name:
+                continue
+            sites += training
+            for user in node.users:
+                if user.op != "call_function" or user.target is not operator.getitem or not isinstance(user.args[1], int):
+                    return None
+                if user.users:  # `hidden_states, _ = …` takes out an item it never uses
+                    read.add(user.args[1])
+    return frozenset(read) if calls[path].count == calls[parent_path].count * sites else None

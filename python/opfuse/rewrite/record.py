@@ -27,10 +27,10 @@ def copy_model(model):
 
 class Call:
     """The first call of a module in a recorded forward: its arguments and, for a module without
-    children, the top-level ops its forward ran."""
+    children, the top-level ops its forward ran; `count`: how many times the forward called it."""
 
     def __init__(self, args, kwargs, ops):
-        self.args, self.kwargs, self.ops = args, kwargs, ops
+        self.args, self.kwargs, self.ops, self.count = args, kwargs, ops, 1
 
 
 def record_calls(model, inputs, native):
@@ -45,6 +45,7 @@ def record_calls(model, inputs, native):
 
         def forward(*args, **kwargs):
             if path in calls:
+                calls[path].count += 1
                 return original(*args, **kwargs)
             if not leaf:
                 calls[path] = Call(args, kwargs, None)

@@ -77,6 +77,16 @@ class _Specialisation:
         return self.code[training]
 
 
+def _unread_as_none(graph, read):
+    """The graph's output tuple with None for the items not in `read`; whether it changed."""
+    out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    value = out.args[0]
+    if read is None or type(value) not in (tuple, list) or all(i in read or v is None for i, v in enumerate(value)):
+        return False
+    out.args = (type(value)(v if i in read else None for i, v in enumerate(value)),)
+    return True
+
+
 def _failure_key(flat):
     """A call that did not trace, as later calls are compared with it: tensors by signature,
     other arguments by value where a graph could hold them, else by type."""
@@ -136,6 +146,7 @@ class FusedForward(ReplacedForward):
         self.kinds = set()  # (kind, submodule) pairs the patterns matched: a retrace matches these
         self.specialisations, self.failures = [], []
         self.warned = False
+        self.read = None  # the items of its output tuple its callers read (None: all)
 
     @property
     def graphs(self):
@@ -148,6 +159,8 @@ class FusedForward(ReplacedForward):
         graphs, concrete, asked = trace(self.module, flat)
         state = _state_of(self.module) if asked & {"dtype", "device"} else None
         kept = _Specialisation(concrete, asked, flat, state, graphs)
+        for graph in graphs.values():
+            _unread_as_none(graph, self.read)
         ctx = _MatchedKinds(self.kinds)
         for source in self.patterns:
             pattern = _compiled_pattern(*source)
@@ -155,6 +168,18 @@ class FusedForward(ReplacedForward):
                 pattern.rewrite(graph, ctx)
         self.specialisations.append(kept.compile_all())
         return kept
+
+    def read_only(self, read):
+        """Makes every graph return None for the items of its output tuple not in `read` (None: all
+        are read), so a chain whose value only those took can be fused (a fused attention has no
+        probabilities to return, as Hugging Face's SDPA attention returns None for them)."""
+        if read is None:
+            return
+        self.read = read
+        for s in self.specialisations:
+            if any([_unread_as_none(g, read) for g in s.graphs.values()]):
+                s.code = {}
+                s.compile_all()
 
     def rewrite(self, patterns, ctx):
         """Applies the patterns to every graph kept; returns the places replaced in the first call's."""
