@@ -807,6 +807,29 @@ class _Eager5(nn.Module):
         return torch.matmul(w, v).transpose(1, 2).reshape(b, t, -1), w
 
 
+class _LayerReturningThem(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = _Eager5(32, 4)
+
+    def forward(self, x, mask):
+        out, weights = self.attn(x, mask)
+        return x + out, weights
+
+
+class _PassesThemOn(nn.Module):
+    """T5's shape: the layer returns the attention's probabilities on up, from inside a ModuleList,
+    to the block that drops them."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.ModuleList([_LayerReturningThem()])
+
+    def forward(self, x, mask):
+        out, _ = self.layer[0](x, mask)
+        return out
+
+
 class _CallsItsGrandchild(nn.Module):
     def __init__(self):
         super().__init__()
@@ -817,22 +840,24 @@ class _CallsItsGrandchild(nn.Module):
         return self.layer(x, mask) + weights.mean()
 
 
-@pytest.mark.parametrize("uses_weights", [False, True])
-def test_attention_returning_its_probabilities_is_fused_only_where_every_caller_drops_them(uses_weights):
+@pytest.mark.parametrize("shape", ["drops them", "uses them", "passes them on"])
+def test_attention_returning_its_probabilities_is_fused_only_where_every_caller_drops_them(shape):
     """transformers 5's eager attention returns its probabilities beside its output; a fused
     attention has none. Where every call of the module comes from its parent's graph, which takes
-    them out and never uses them, the rewrite returns None there (as transformers' SDPA does)."""
+    them out and never uses them (or returns them to callers that do not), the rewrite returns
+    None there (as transformers' SDPA does)."""
     x = torch.randn(2, 8, 32)
     mask = torch.full((8, 8), torch.finfo(torch.float32).min).triu(1)[None, None]
-    model = _Returns5(uses_weights=uses_weights)
+    model = _PassesThemOn() if shape == "passes them on" else _Returns5(uses_weights=shape == "uses them")
     reference = copy.deepcopy(model)
+    fused = shape != "uses them"
     done = dict(opfuse.patch(model, (x, mask), lambda s: s.pow(2).mean()))
-    assert done.get("attention", 0) == (0 if uses_weights else 1), done
+    assert done.get("attention", 0) == fused, done
     got, ran = _opfuse_ops_run(model, x, mask)
-    assert ("opfuse::attention" in ran) == (not uses_weights)
+    assert ("opfuse::attention" in ran) == fused
     assert torch.allclose(got, reference(x, mask), rtol=1e-5, atol=1e-6)
-    if not uses_weights:
-        assert model.attn(x, mask)[1] is None and reference.attn(x, mask)[1] is not None
+    attention = model.get_submodule("layer.0.attn" if shape == "passes them on" else "attn")
+    assert (attention(x, mask)[1] is None) == fused
 
 
 def test_attention_probabilities_read_by_another_caller_keep_the_attention_as_written(tmp_path):

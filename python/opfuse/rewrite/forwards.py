@@ -36,13 +36,16 @@ def rewrite_forwards(model, rule, rules, calls, not_traced):
 
 def _read_outputs(path, calls, traced):
     """The items of the module's output tuple its callers read, or None for all: known when every
-    call of it in the recorded forward came from its parent's traced graph, which takes items out
-    of it and passes the tuple nowhere (Hugging Face's attention returns its probabilities beside
-    its output, and the decoder layer drops them: `hidden_states, _ = self.self_attn(...)`)."""
-    parent_path, _, name = path.rpartition(".")
-    parent = traced.get(parent_path) if path else None
-    if parent is None or path not in calls or parent_path not in calls:
+    call of it in the recorded forward came from its parent's traced graph (past containers that
+    are never called, a ModuleList), which takes items out of it and passes the tuple nowhere
+    (Hugging Face's attention returns its probabilities beside its output, and the decoder layer
+    drops them: `hidden_states, _ = self.self_attn(...)`). An item the parent returns counts as
+    read only where the parent's own callers read it (its graph returns None there already)."""
+    caller = _caller(path, calls, traced)
+    if caller is None or path not in calls:
         return None
+    parent_path, name = caller
+    parent = traced[parent_path]
     read, sites = set(), 0
     for training, graph in parent.graphs.items():
         for node in graph.nodes:
@@ -55,3 +58,17 @@ def _read_outputs(path, calls, traced):
                 if user.users:  # `hidden_states, _ = …` takes out an item it never uses
                     read.add(user.args[1])
     return frozenset(read) if calls[path].count == calls[parent_path].count * sites else None
+
+
+def _caller(path, calls, traced):
+    """(the path of the traced module whose graph calls this one, the call's target there), or None
+    where that is not known: the module is the model, or the nearest ancestor that was called did
+    not trace."""
+    parts = path.split(".") if path else []
+    for cut in range(len(parts) - 1, -1, -1):
+        parent_path = ".".join(parts[:cut])
+        if parent_path in traced:
+            return parent_path, ".".join(parts[cut:])
+        if parent_path in calls:
+            return None
+    return None
