@@ -69,6 +69,9 @@ class Workload {
   // Bytes held on the CPU between steps by what ("parameters", "optimizer state", "inputs"),
   // written with a profile (see profile::held_memory); empty when not known.
   virtual std::map<std::string, int64_t> held_memory() { return {}; }
+  // Why the last rewrite applied to it changed nothing, where it knows more than that nothing
+  // matched (a chain found whose value is used outside it); empty otherwise.
+  virtual std::string why_unchanged() const { return ""; }
   // Writes the model so it can be used; returns the paths written.
   virtual std::vector<std::string> save(const std::string& path_without_extension) const = 0;
 

@@ -110,6 +110,7 @@ def make(native):
             self.calls = calls if calls is not None else rewrite.record_calls(model, self.inputs, native)
             self.applied = list(applied)
             self.not_traced = not_traced if not_traced is not None else {}
+            self.unchanged = ""  # why the last rewrite applied changed nothing, where more is known
             self._hooks = []
             self.group, self.ddp_settings, self._ddp = ranks, ddp_settings, None
             self.samples = samples if samples is not None else self._local_samples()
@@ -274,20 +275,26 @@ def make(native):
 
         def apply(self, rule):
             """The rule's Python rewrites on this workload's model; returns the places changed."""
-            places = 0
+            places, escapes = 0, []
             if rule.python_module:
                 places += rewrite.swap_modules(self.model, rule, self.calls, self.not_traced)
             if rule.python_fx:
-                places += rewrite.rewrite_forwards(self.model, rule, self.rules, self.calls, self.not_traced)
+                places += rewrite.rewrite_forwards(self.model, rule, self.rules, self.calls, self.not_traced, escapes)
             if rule.optimizer:
                 places += self._swap_optimizer(rule.optimizer)
             if rule.memory_format:
                 places += _to_memory_format(self.model, getattr(torch, rule.memory_format))
+            self.unchanged = "" if places or not escapes else (
+                f"its patterns match {len(escapes)} module(s)' chains, each with a value also used outside the "
+                f"chain, which the fused op does not give ({escapes[0]}{'; …' if len(escapes) > 1 else ''})")
             if places:
                 self.applied.append(rule.name)
                 self.optimizer = self.optimizer_factory(self.model.parameters())
                 self._ddp = None
             return places
+
+        def why_unchanged(self):
+            return self.unchanged
 
         def _swap_optimizer(self, name):
             """1 when the factory builds a torch.optim.<name> stepping tensor by tensor whose step

@@ -81,6 +81,7 @@ class PyWorkload : public Workload {
     using Held = std::map<std::string, int64_t>;
     PYBIND11_OVERRIDE(Held, Workload, held_memory);
   }
+  std::string why_unchanged() const override { PYBIND11_OVERRIDE(std::string, Workload, why_unchanged); }
   int rank() const override { PYBIND11_OVERRIDE(int, Workload, rank); }
   int ranks() const override { PYBIND11_OVERRIDE(int, Workload, ranks); }
   std::vector<std::string> gather(const std::string& mine) const override {

@@ -146,10 +146,14 @@ void plan(const analyze::Analysis& a, const TuneOptions& o, const Workload& base
       continue;
     }
     bool applied = false;
+    std::string why = "its rewrites match nothing in this model";
     for (const auto& rw : candidates) {
       auto trial = baseline.clone();
       const int places = rw.apply(*trial);
-      if (places == 0) continue;
+      if (places == 0) {
+        if (std::string unchanged = trial->why_unchanged(); !unchanged.empty()) why = std::move(unchanged);
+        continue;
+      }
       Replacement r;
       r.rule = f.rule;
       r.rewrite = rw.name;
@@ -159,7 +163,7 @@ void plan(const analyze::Analysis& a, const TuneOptions& o, const Workload& base
       applied = true;
       break;
     }
-    if (!applied) skipped.push_back({f.rule, "its rewrites match nothing in this model"});
+    if (!applied) skipped.push_back({f.rule, why});
   }
   std::string summary;
   for (const Replacement& r : planned) summary += fmt::format("{}{} ({} places)", summary.empty() ? "" : ", ", r.rule, r.places);

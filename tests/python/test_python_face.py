@@ -860,6 +860,17 @@ def test_attention_returning_its_probabilities_is_fused_only_where_every_caller_
     assert (attention(x, mask)[1] is None) == fused
 
 
+def test_a_chain_whose_value_is_used_outside_it_is_named_in_the_reason(tmp_path):
+    """The layer reads the probabilities its attention returns: tune says which value of the chain
+    is used where, not only that nothing matched."""
+    x = torch.randn(2, 8, 32)
+    mask = torch.full((8, 8), torch.finfo(torch.float32).min).triu(1)[None, None]
+    result = opfuse.tune(_Returns5(uses_weights=True), (x, mask), lambda s: s.pow(2).mean(), out=str(tmp_path / "run"),
+                         **QUICK)
+    why = next(n for n in result.not_applied if n["rule"] == "attention")["why"]
+    assert "attn: the chain's dropout is also returned by the forward" in why, why
+
+
 def test_attention_probabilities_read_by_another_caller_keep_the_attention_as_written(tmp_path):
     """The layer drops them, but its parent calls the attention module itself and reads them: the
     layer's graph is not every caller (one recorded call of the layer, two of the module), so no
@@ -869,7 +880,7 @@ def test_attention_probabilities_read_by_another_caller_keep_the_attention_as_wr
     result = opfuse.tune(_CallsItsGrandchild(), (x, mask), lambda s: s.pow(2).mean(), out=str(tmp_path / "run"), **QUICK)
     assert "attention" not in {r.rule for r in result.replacements}
     attention = next(n for n in result.not_applied if n["rule"] == "attention")
-    assert "match nothing" in attention["why"]
+    assert "layer.attn: the chain's dropout is also returned by the forward" in attention["why"], attention
 
 
 def _rotary_ops_run(module, *args):

@@ -8,9 +8,11 @@ from .fx_match import _MatchContext, _compiled_pattern
 from .specialise import FusedForward
 
 
-def rewrite_forwards(model, rule, rules, calls, not_traced):
+def rewrite_forwards(model, rule, rules, calls, not_traced, escapes=None):
     """Applies the rule's fx pairs to every user module's forward; returns how many chains were
-    replaced. Modules that do not trace go into not_traced {path: reason}."""
+    replaced. Modules that do not trace go into not_traced {path: reason}; chains matched in a
+    module where none could be replaced, because a value of theirs is used outside them, into
+    `escapes` (described, one per module)."""
     patterns = [_compiled_pattern(p.pattern, p.replacement, tuple(p.outputs)) for p in rule.python_fx]
     replaced, traced = 0, {}
     for path, module in list(model.named_modules()):
@@ -27,10 +29,13 @@ def rewrite_forwards(model, rule, rules, calls, not_traced):
                 continue
         traced[path] = fused
         fused.read_only(_read_outputs(path, calls, traced))
-        count = fused.rewrite(patterns, _MatchContext(module, path, rules, calls))
+        ctx = _MatchContext(module, path, rules, calls)
+        count = fused.rewrite(patterns, ctx)
         if count:
             replaced += count
             module.forward = fused
+        elif ctx.escapes and escapes is not None:
+            escapes.append(ctx.escapes[0])
     return replaced
 
 

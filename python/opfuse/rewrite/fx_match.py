@@ -155,9 +155,12 @@ class FxPattern:
             for env in self._match(self.output, anchor, {}, ctx):
                 inner = [t for p, t in env.items() if p.op != "placeholder"]
                 escaping = {env[p] for p in self.outputs}
-                if all(t in escaping and all(order[u] > order[anchor] for u in set(t.users) - set(inner))
-                       or set(t.users) <= set(inner) for t in inner if t is not anchor):
+                used_outside = [t for t in inner if t is not anchor and not (
+                    t in escaping and all(order[u] > order[anchor] for u in set(t.users) - set(inner))
+                    or set(t.users) <= set(inner))]
+                if not used_outside:
                     return anchor, env
+                ctx.used_outside(used_outside[0], set(used_outside[0].users) - set(inner))
         return None
 
     def replace(self, graph, anchor, env, ctx):
@@ -215,12 +218,18 @@ class _MatchContext:
     def __init__(self, root, root_path, rules, calls):
         self.root, self.root_path, self.rules, self.calls = root, root_path, rules, calls
         self.matched = set()
+        self.escapes = []  # chains matched whose values are used outside them, described
 
     def _path(self, target):
         return f"{self.root_path}.{target}" if self.root_path else target
 
     def is_kind(self, kind, target):
         return MODULE_KINDS[kind](self.root.get_submodule(target), self.rules, self.calls, self._path(target))
+
+    def used_outside(self, node, users):
+        """Notes a chain matched but not replaced: `node`'s value is also used by `users`."""
+        uses = sorted("returned by the forward" if u.op == "output" else f"used by {u.name}" for u in users)
+        self.escapes.append(f"{self.root_path or 'the model'}: the chain's {node.name} is also {' and '.join(uses)}")
 
     def use_fused_form(self, kind, target):
         self.matched.add((kind, target))
@@ -238,6 +247,9 @@ class _MatchedKinds:
 
     def is_kind(self, kind, target):
         return (kind, target) in self.matched
+
+    def used_outside(self, node, users):
+        pass
 
     def use_fused_form(self, kind, target):
         pass
