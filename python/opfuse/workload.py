@@ -284,9 +284,10 @@ def make(native):
                 places += self._swap_optimizer(rule.optimizer)
             if rule.memory_format:
                 places += _to_memory_format(self.model, getattr(torch, rule.memory_format))
+            n = len(escapes)
             self.unchanged = "" if places or not escapes else (
-                f"its patterns match {len(escapes)} module(s)' chains, each with a value also used outside the "
-                f"chain, which the fused op does not give ({escapes[0]}{'; …' if len(escapes) > 1 else ''})")
+                f"its patterns match chains in {n} module{'s' if n > 1 else ''}, but each has a value also used "
+                f"outside the chain, which the fused op does not give ({escapes[0]}{'; …' if n > 1 else ''})")
             if places:
                 self.applied.append(rule.name)
                 self.optimizer = self.optimizer_factory(self.model.parameters())
