@@ -34,8 +34,8 @@ def rewrite_forwards(model, rule, rules, calls, not_traced, escapes=None):
         if count:
             replaced += count
             module.forward = fused
-        elif ctx.escapes and escapes is not None:
-            escapes.append(ctx.escapes[0])
+        elif ctx.escape is not None and escapes is not None:
+            escapes.append(ctx.escape)
     return replaced
 
 
@@ -47,7 +47,7 @@ def _read_outputs(path, calls, traced):
     drops them: `hidden_states, _ = self.self_attn(...)`). An item the parent returns counts as
     read only where the parent's own callers read it (its graph returns None there already)."""
     caller = _caller(path, calls, traced)
-    if caller is None or path not in calls:
+    if caller is None:
         return None
     parent_path, name = caller
     parent = traced[parent_path]
@@ -56,7 +56,7 @@ def _read_outputs(path, calls, traced):
         for node in graph.nodes:
             if node.op != "call_module" or node.target != name:
                 continue
-            sites += training
+            sites += training  # the recorded forward ran in training mode
             for user in node.users:
                 if user.op != "call_function" or user.target is not operator.getitem or not isinstance(user.args[1], int):
                     return None

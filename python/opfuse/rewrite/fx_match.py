@@ -154,13 +154,13 @@ class FxPattern:
         for anchor in graph.nodes:
             for env in self._match(self.output, anchor, {}, ctx):
                 inner = [t for p, t in env.items() if p.op != "placeholder"]
-                escaping = {env[p] for p in self.outputs}
+                within, escaping = set(inner), {env[p] for p in self.outputs}
                 used_outside = [t for t in inner if t is not anchor and not (
-                    t in escaping and all(order[u] > order[anchor] for u in set(t.users) - set(inner))
-                    or set(t.users) <= set(inner))]
+                    t in escaping and all(order[u] > order[anchor] for u in set(t.users) - within)
+                    or set(t.users) <= within)]
                 if not used_outside:
                     return anchor, env
-                ctx.used_outside(used_outside[0], set(used_outside[0].users) - set(inner))
+                ctx.used_outside(used_outside[0], set(used_outside[0].users) - within)
         return None
 
     def replace(self, graph, anchor, env, ctx):
@@ -218,7 +218,7 @@ class _MatchContext:
     def __init__(self, root, root_path, rules, calls):
         self.root, self.root_path, self.rules, self.calls = root, root_path, rules, calls
         self.matched = set()
-        self.escapes = []  # chains matched whose values are used outside them, described
+        self.escape = None  # the first chain matched whose value is used outside it, described
 
     def _path(self, target):
         return f"{self.root_path}.{target}" if self.root_path else target
@@ -227,9 +227,11 @@ class _MatchContext:
         return MODULE_KINDS[kind](self.root.get_submodule(target), self.rules, self.calls, self._path(target))
 
     def used_outside(self, node, users):
-        """Notes a chain matched but not replaced: `node`'s value is also used by `users`."""
-        uses = sorted("returned by the forward" if u.op == "output" else f"used by {u.name}" for u in users)
-        self.escapes.append(f"{self.root_path or 'the model'}: the chain's {node.name} is also {' and '.join(uses)}")
+        """Notes a chain matched but not replaced: `node`'s value is also used by `users` (the first
+        such chain only: each find() meets it again)."""
+        if self.escape is None:
+            uses = sorted("returned by the forward" if u.op == "output" else f"used by {u.name}" for u in users)
+            self.escape = f"{self.root_path or 'the model'}: the chain's {node.name} is also {' and '.join(uses)}"
 
     def use_fused_form(self, kind, target):
         self.matched.add((kind, target))

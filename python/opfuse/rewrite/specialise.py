@@ -177,7 +177,7 @@ class FusedForward(ReplacedForward):
             return
         self.read = read
         for s in self.specialisations:
-            if any([_unread_as_none(g, read) for g in s.graphs.values()]):
+            if any([_unread_as_none(g, read) for g in s.graphs.values()]):  # a list: every graph changes
                 s.code = {}
                 s.compile_all()
 
