@@ -2,8 +2,8 @@
 from configurations with random weights (nothing is downloaded), each as a tune factory:
 `build(name, size)` → (model, inputs, loss_fn, optimizer_factory).
 
-Training recipe: AdamW, float32, dropout off (verification compares with nothing dropped), and
-`use_cache=False` as training scripts set it: with transformers' default a training forward builds
+Training recipe: AdamW, float32, dropout off (verification compares with nothing dropped), the
+transformers computing their loss from the labels (as Trainer does), and `use_cache=False` as training scripts set it: with transformers' default a training forward builds
 a fresh KV cache every step, which costs a concatenation per layer and which no graph can hold
 (opfuse then leaves those modules as written and says so; test_zoo checks that reason).
 
@@ -13,6 +13,7 @@ but realistic shape for bench/zoo.py. The architecture code is the library's own
     python3 -m opfuse tune tests/python/models/zoo.py:llama_sdpa
 """
 import functools
+import inspect
 
 import torch
 from torch import nn
@@ -61,15 +62,27 @@ def _causal_lm(config_class, attn, size, **extra):
     return _language_model(transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn), s)
 
 
-def _language_model(model, s, extra_inputs=()):
+def _language_model(model, s, labels=None):
+    """Trained as transformers' own recipe trains it (Trainer, the example scripts): the batch's
+    labels go into the forward, which computes the loss (the tokens themselves: a causal model
+    shifts them to predict the next token; T5 reads them as its decoder's targets, its decoder's
+    inputs made from them by the data collator)."""
     tokens = torch.randint(0, s["vocab"], (s["batch"], s["seq"]))
-    return model.train(), (tokens, *extra_inputs), functools.partial(_next_token_loss, tokens), _adamw
+    named = dict(input_ids=tokens, labels=tokens if labels is None else labels(tokens))
+    if hasattr(model, "prepare_decoder_input_ids_from_labels"):  # as DataCollatorForSeq2Seq does
+        named["decoder_input_ids"] = model.prepare_decoder_input_ids_from_labels(labels=named["labels"])
+    return model.train(), _positional(model, **named), _loss_inside, _adamw
 
 
-def _next_token_loss(tokens, output):
-    """Each position predicts the next token, the loss taken in float32 as transformers takes it."""
-    logits = output.logits[:, :-1].float()
-    return nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), tokens[:, 1:].reshape(-1))
+def _positional(model, **named):
+    """forward's positional arguments through the last one named, None between: tune takes the
+    positional inputs, and transformers' forwards take labels several places after input_ids."""
+    params = list(inspect.signature(model.forward).parameters)
+    return tuple(named.get(p) for p in params[:1 + max(params.index(n) for n in named)])
+
+
+def _loss_inside(output):
+    return output.loss
 
 
 def _text_model(family, builder):
@@ -122,9 +135,7 @@ def _t5(attn, size):
     config = transformers.T5Config(vocab_size=s["vocab"], d_model=s["hidden"], d_kv=s["hidden"] // s["heads"],
                                    d_ff=s["intermediate"], num_layers=s["layers"], num_heads=s["heads"],
                                    dropout_rate=0.0, decoder_start_token_id=0, use_cache=False)
-    model = transformers.T5ForConditionalGeneration._from_config(config, attn_implementation=attn)
-    model, (tokens,), loss, optimizer = _language_model(model, s)
-    return model, (tokens, None, tokens), loss, optimizer  # the decoder reads the same tokens
+    return _language_model(transformers.T5ForConditionalGeneration._from_config(config, attn_implementation=attn), s)
 
 
 def _bert(attn, size):
@@ -134,7 +145,13 @@ def _bert(attn, size):
                                      num_attention_heads=s["heads"], intermediate_size=s["intermediate"],
                                      max_position_embeddings=2 * s["seq"], hidden_dropout_prob=0.0,
                                      attention_probs_dropout_prob=0.0)
-    return _language_model(transformers.BertForMaskedLM._from_config(config, attn_implementation=attn), s)
+    return _language_model(transformers.BertForMaskedLM._from_config(config, attn_implementation=attn), s, _masked)
+
+
+def _masked(tokens):
+    """Masked language modelling's labels: 15 % of the positions are predicted, the rest ignored
+    (-100), as transformers' DataCollatorForLanguageModeling makes them."""
+    return tokens.masked_fill(torch.rand(tokens.shape) >= 0.15, -100)
 
 
 for _family, _builder in (("llama", _llama), ("qwen2", _qwen2), ("mistral", _mistral), ("gemma", _gemma),
