@@ -1265,6 +1265,38 @@ def test_a_loss_computed_in_the_forward_takes_the_fused_cross_entropy(model_clas
     assert torch.equal(opfuse.functional.cross_entropy_chain(x, t), F.cross_entropy(x, t))
 
 
+class _ShiftsItsLabels(_NanoGptLoss):
+    """T5's: the decoder's inputs made in the forward by assigning into a fresh tensor's slices
+    (`_shift_right`), the loss from the labels by a CrossEntropyLoss made there."""
+
+    def forward(self, idx, labels):
+        shifted = labels.new_zeros(labels.shape)
+        shifted[..., 1:] = labels[..., :-1].clone()
+        shifted[..., 0] = 0
+        shifted.masked_fill_(shifted == -100, 0)
+        logits = self.lm_head(self.emb(idx) + self.emb(shifted))
+        return nn.CrossEntropyLoss(ignore_index=-100)(logits.view(-1, logits.size(-1)), labels.view(-1))
+
+
+def test_a_forward_that_assigns_into_a_tensor_traces_and_its_loss_takes_the_fused_op():
+    model = _ShiftsItsLabels(50, 16)
+    idx, labels = torch.randint(0, 50, (3, 9)), torch.randint(0, 50, (3, 9))
+    labels[1, 2:5] = -100
+    reference = copy.deepcopy(model)
+    workload = opfuse.PythonWorkload(model, (idx, labels), lambda loss: loss, None, opfuse._rules(None))
+    assert "(model)" not in workload.not_traced
+    assert dict(opfuse.patch(model, (idx, labels), lambda loss: loss)).get("cross_entropy") == 1
+    got, ran = _opfuse_ops_run(model, idx, labels)
+    assert "opfuse::cross_entropy" in ran
+    # fresh labels: the graph assigns into the tensor it makes at each call, not once at tracing
+    labels = torch.randint(0, 50, (3, 9))
+    got, expected = model(idx, labels), reference(idx, labels)
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6)
+    got.backward()
+    expected.backward()
+    assert torch.allclose(model.emb.weight.grad, reference.emb.weight.grad, rtol=1e-5, atol=1e-7)
+
+
 class _NewGELU(nn.Module):
     """T5's (Hugging Face's gelu_new) tanh GELU written out."""
 

@@ -3,6 +3,7 @@ efficientnet_pytorch, built from configurations at a small size. Each is tuned e
 rewrites that apply are applied and verified, every other rule is reported with its reason, the
 model given is left as it was, and the tuned one trains as the original did."""
 import copy
+import inspect
 import os
 import sys
 
@@ -126,3 +127,16 @@ def test_a_model_computing_its_own_loss_keeps_returning_its_output_class(tmp_pat
     assert "cross_entropy" in {r.rule for r in result.replacements if r.kept}
     out = result.model(*inputs)
     assert type(out) is type(model(*inputs)) and out.loss is not None
+
+
+def test_t5_given_only_its_labels_makes_its_decoder_inputs_in_a_traced_forward(tmp_path, ops_library):
+    """T5 as its own docstring trains it, `model(input_ids=…, labels=…)`: the forward makes the
+    decoder's inputs by assigning into a fresh tensor's slices (`_shift_right`), which the trace
+    keeps, so the whole model traces and the loss computed there takes the fused op."""
+    model, inputs, loss, optimizer = zoo.build("t5_sdpa")
+    decoder_inputs = list(inspect.signature(model.forward).parameters).index("decoder_input_ids")
+    inputs = tuple(None if i == decoder_inputs else x for i, x in enumerate(inputs))
+    result = opfuse.tune(model, inputs, loss, optimizer, out=str(tmp_path / "run"), **QUICK)
+    assert "(model)" not in result.not_traced, result.not_traced
+    assert "cross_entropy" in {r.rule for r in result.replacements if r.kept}
+    assert all(r.verified for r in result.replacements), [(r.rule, r.why) for r in result.replacements]

@@ -6,6 +6,7 @@ import functools
 import importlib
 import inspect
 import keyword
+import operator
 import threading
 import types
 
@@ -87,6 +88,12 @@ class ValueProxy(Proxy):
 
     def __len__(self):
         return len(self._value())
+
+    def __setitem__(self, index, value):
+        # An assignment into a tensor (T5's _shift_right: `shifted[..., 1:] = ids[..., :-1]`), which
+        # plain fx refuses, is a node of its own: fx keeps it as it keeps every in-place call, and
+        # its value, the tensor changed, is what the graph's later reads of that tensor see.
+        self.tracer.create_proxy("call_function", operator.setitem, (self, index, value), {})
 
     def __iter__(self):
         return iter([self[i] for i in range(len(self._value()))])
