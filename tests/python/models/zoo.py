@@ -3,9 +3,10 @@ from configurations with random weights (nothing is downloaded), each as a tune 
 `build(name, size)` → (model, inputs, loss_fn, optimizer_factory).
 
 Training recipe: AdamW, float32, dropout off (verification compares with nothing dropped), the
-transformers computing their loss from the labels (as Trainer does), and `use_cache=False` as training scripts set it: with transformers' default a training forward builds
-a fresh KV cache every step, which costs a concatenation per layer and which no graph can hold
-(opfuse then leaves those modules as written and says so; test_zoo checks that reason).
+transformers computing their loss from the labels (as Trainer does), and `use_cache=False` as
+training scripts set it: with transformers' default a training forward builds a fresh KV cache
+every step, which costs a concatenation per layer and which no graph can hold (opfuse then leaves
+those modules as written and says so; test_zoo checks that reason).
 
 Sizes: "test" is small enough for a tune in seconds on 2 cores (the tests); "bench" is a small
 but realistic shape for bench/zoo.py. The architecture code is the library's own at every size.
