@@ -37,7 +37,7 @@ def recipes():
     model, inputs, loss = efficientnet.factory(image_size=96, batch_size=16)
     yield ("EfficientNet-B0 (Python), SGD fused, channels-last", (model.to(memory_format=torch.channels_last), inputs, loss),
            lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9, fused=True))
-    yield ("Llama-style, SDPA, AdamW fused", llama.factory(attention="sdpa"),
+    yield ("Llama-style, SDPA, AdamW fused, loss inside", llama.factory(attention="sdpa", loss_inside=True),
            lambda params: torch.optim.AdamW(params, lr=3e-4, fused=True))
 
 

@@ -116,22 +116,31 @@ class Transformer(nn.Module):
         self.register_buffer("freqs_cos", cos, persistent=False)
         self.register_buffer("freqs_sin", sin, persistent=False)
 
-    def forward(self, tokens):
+    def forward(self, tokens, targets=None):
         seqlen = tokens.shape[1]
         h = self.tok_embeddings(tokens)
         cos, sin = self.freqs_cos[:seqlen], self.freqs_sin[:seqlen]
         for layer in self.layers:
             h = layer(h, cos, sin)
-        return self.output(self.norm(h))
+        logits = self.output(self.norm(h))
+        if targets is None:
+            return logits
+        # llama2.c keeps this loss on the model (self.last_loss), where a loss function given the
+        # forward's output cannot reach it; this one returns it beside the logits, as nanoGPT's does
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
 
 
-def factory(batch_size=8, seq_len=64, vocab_size=512, seed=0, attention="manual"):
+def factory(batch_size=8, seq_len=64, vocab_size=512, seed=0, attention="manual", loss_inside=False):
     """(model, inputs, loss_fn) for `python3 -m opfuse tune llama.py:factory`: next-token loss.
-    attention: "manual" (matmul, mask, softmax, matmul) or "sdpa" (torch's fused op)."""
+    attention: "manual" (matmul, mask, softmax, matmul) or "sdpa" (torch's fused op). loss_inside:
+    the targets go into the forward, which computes the loss, as llama2.c's train.py trains it
+    (`model(X, Y)`); else the loss is computed from the logits outside the model."""
     if attention not in ("manual", "sdpa"):
         raise ValueError(f"attention must be 'manual' or 'sdpa', not {attention!r}")
     torch.manual_seed(seed)
     model = Transformer(vocab_size=vocab_size, max_seq_len=seq_len, sdpa=attention == "sdpa")
     tokens = torch.randint(vocab_size, (batch_size, seq_len + 1))
     x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    if loss_inside:
+        return model, (x, y), lambda out: out[1]
     return model, (x,), lambda logits: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
