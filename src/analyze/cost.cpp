@@ -160,9 +160,80 @@ double CostModel::measure(const std::string& op, std::vector<const Shape*> shape
   std::vector<std::string> each;
   for (const Shape* s : shapes) each.push_back(fmt::format("{}", fmt::join(*s, ",")));
   const std::string dims = fmt::format("{}", fmt::join(each, ";"));
+  return timed(op, dims);
+}
+
+double CostModel::timed(const std::string& op, const std::string& dims) {
   auto [it, fresh] = measured.try_emplace({op, dims}, -1.0);
   if (fresh) it->second = measure_(op, dims);
   return it->second;
+}
+
+// The autograd node (ConvolutionBackward0) that differentiates a forward op: the backward op of
+// its sequence number (ops that make no node, a pad before the convolution, share the number, so
+// the trace's own forward link may name another op), or −1.
+int32_t CostModel::backward_of(int32_t e) {
+  if (backward_by_sequence_.empty())
+    for (size_t i = 0; i < index.links.forward.size(); ++i)
+      if (index.links.forward[i] >= 0 && index.trace.events[i].sequence_nr >= 0)
+        backward_by_sequence_.emplace(index.trace.events[i].sequence_nr, static_cast<int32_t>(i));
+  const auto it = backward_by_sequence_.find(index.trace.events[e].sequence_nr);
+  return it == backward_by_sequence_.end() ? -1 : it->second;
+}
+
+namespace {
+
+// A convolution's stride and padding along one spatial dimension, from its input, kernel and
+// output sizes: the least stride, then the least padding, that gives the output's size.
+bool stride_and_padding(int64_t in, int64_t kernel, int64_t out, int64_t& stride, int64_t& padding) {
+  for (stride = 1; stride <= std::max(in, kernel); ++stride)
+    for (padding = 0; padding < std::max<int64_t>(kernel, 1); ++padding)
+      if (in + 2 * padding >= kernel && (in + 2 * padding - kernel) / stride + 1 == out) return true;
+  return false;
+}
+
+// What bench::time_fused_op needs to run a recorded 2-d convolution again, "x;w;y;stride;padding;groups"
+// (x [N, C, H, W], w [O, C/groups, kh, kw], y [N, O, Ho, Wo]), or "" when the sizes do not fit one.
+std::string convolution_args(const Shape& x, const Shape& w, const Shape& y) {
+  if (x.size() != 4 || w.size() != 4 || y.size() != 4 || y[0] != x[0] || y[1] != w[0] || w[1] <= 0 || x[1] % w[1] != 0)
+    return "";
+  int64_t stride[2], padding[2];
+  for (int d = 0; d < 2; ++d)
+    if (!stride_and_padding(x[2 + d], w[2 + d], y[2 + d], stride[d], padding[d])) return "";
+  return fmt::format("{};{};{};{},{};{},{};{}", fmt::join(x, ","), fmt::join(w, ","), fmt::join(y, ","), stride[0],
+                     stride[1], padding[0], padding[1], x[1] / w[1]);
+}
+
+}  // namespace
+
+// A layout change's cost over a matched convolution: its forward and its backward as recorded,
+// each scaled by what the same convolution takes in the rule's layout against the recorded one,
+// timed here at its sizes (the output's from the backward's gradient). What the layout does to
+// the ops between the convolutions is left out. False where it cannot be timed.
+bool CostModel::layout_cost(const Match& mt, MatchCost& c) {
+  if (!measure_ || mt.ops.size() != 1) return false;
+  const int32_t forward = mt.ops[0], node = backward_of(forward);
+  if (node < 0 || index.links.child_count(node) == 0) return false;
+  const OpShapes& in = index.shapes(forward);
+  const OpShapes& back = index.shapes(index.links.children_of(node)[0]);
+  if (in.shapes.size() < 2 || back.shapes.empty()) return false;
+  const std::string args = convolution_args(*in.shapes[0], *in.shapes[1], *back.shapes[0]);
+  if (args.empty()) return false;
+  double scaled[2];
+  const int32_t ops[2] = {forward, node};
+  for (int k = 0; k < 2; ++k) {
+    const std::string op = k == 0 ? "conv2d" : "conv2d_backward";
+    const double now = timed(op + "@contiguous", args), after = timed(op + "@" + mt.rule->memory_format, args);
+    if (now <= 0 || after < 0) return false;
+    scaled[k] = index.time(ops[k]) * after / now;
+  }
+  c.time_us = index.time(forward) + index.time(node);
+  c.recorded_us += index.recorded_time(node);
+  c.host_us += index.host_time(node);
+  c.device_us += index.device_time(node);
+  c.fused_us = scaled[0] + scaled[1];
+  c.how = "convolutions timed in both layouts";
+  return true;
 }
 
 MatchCost CostModel::of(const Match& mt) {
@@ -171,12 +242,12 @@ MatchCost CostModel::of(const Match& mt) {
   c.recorded_us = over_match(mt, [&](int32_t e) { return index.recorded_time(e); });
   c.host_us = over_match(mt, [&](int32_t e) { return index.host_time(e); });
   c.device_us = over_match(mt, [&](int32_t e) { return index.device_time(e); });
-  // A layout change speeds up the ops it matched and every op after them, backward included,
-  // by what their kernels make of the layout: no figure from the matched ops would hold.
-  c.estimated = mt.rule == nullptr || mt.rule->memory_format.empty();
-  if (c.estimated) {
+  if (mt.rule == nullptr || mt.rule->memory_format.empty()) {
     c.fused_us = fused_time(mt, c.how);
-  } else {
+  } else if (!layout_cost(mt, c)) {
+    // Without the convolutions timed, no figure from the matched ops would hold: the layout
+    // changes every op after them, backward included.
+    c.estimated = false;
     c.how = "not estimated: tune measures a layout change";
     c.fused_us = c.time_us;
   }

@@ -18,7 +18,7 @@ struct MatchCost {
   double fused_us = 0;  // the fused op's estimated time
   std::string how;      // how fused_us was estimated ("measured opfuse::silu", "bandwidth", …)
   int64_t ops = 0;      // the ops that vanish with the fusion: the chain, its wrapper, a step's children
-  bool estimated = true;  // false: a layout change, which no figure from the matched ops estimates
+  bool estimated = true;  // false: a layout change whose convolutions could not be timed
   double saving_us() const { return time_us > fused_us ? time_us - fused_us : 0; }
 };
 
@@ -43,11 +43,15 @@ class CostModel {
   const std::vector<int32_t>& bytes_ops(const Match& mt);
   double parameter_bytes(const std::vector<int32_t>& ops);
   double measure(const std::string& op, std::vector<const Shape*> shapes);
+  double timed(const std::string& op, const std::string& dims);
+  bool layout_cost(const Match& mt, MatchCost& c);
+  int32_t backward_of(int32_t e);
 
   OpIndex& index;
   Measure measure_;
   std::map<std::pair<std::string, std::string>, double> measured;
   std::vector<int32_t> children;  // scratch: an optimizer step's ops
+  std::map<int64_t, int32_t> backward_by_sequence_;  // the backward ops by sequence number (made on first use)
 };
 
 }  // namespace opfuse::analyze

@@ -43,9 +43,41 @@ bool sizable(const InputShapes& shapes) {
          std::all_of(shapes.begin(), shapes.end(), [](const auto& s) { return s.empty() || sizable(s); });
 }
 
+// A recorded 2-d convolution run again in a memory format: "conv2d@channels_last" (forward) or
+// "conv2d_backward@contiguous" (the gradients of its input and weight), dims "x;w;y;stride;padding;groups"
+// as the cost model writes them. What a layout change's estimate compares.
+double time_convolution(const std::string& op, const std::string& dims) {
+  const size_t at_sign = op.find('@');
+  const std::string kind = op.substr(0, at_sign), format = op.substr(at_sign + 1);
+  const auto shapes = analyze::parse_dims(dims);
+  if (shapes.size() != 6 || !sizable(shapes[0]) || !sizable(shapes[1]) || !sizable(shapes[2]) || shapes[3].size() != 2 ||
+      shapes[4].size() != 2 || shapes[5].size() != 1)
+    return -1;
+  if (format != "contiguous" && format != "channels_last") return -1;
+  const auto memory_format = format == "channels_last" ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  const at::Tensor x = at::randn(shapes[0]).contiguous(memory_format), w = at::randn(shapes[1]).contiguous(memory_format);
+  const at::Tensor grad_y = at::randn(shapes[2]).contiguous(memory_format);
+  const std::vector<int64_t> dilation{1, 1}, no_padding{0, 0};
+  const std::vector<int64_t>&stride = shapes[3], &padding = shapes[4];
+  const int64_t groups = shapes[5][0];
+  at::NoGradGuard no_grad;
+  try {
+    if (kind == "conv2d")
+      return time_calls([&] { at::convolution(x, w, {}, stride, padding, dilation, false, no_padding, groups); });
+    if (kind == "conv2d_backward")
+      return time_calls([&] {
+        at::convolution_backward(grad_y, x, w, std::nullopt, stride, padding, dilation, false, no_padding, groups,
+                                 {true, true, false});
+      });
+  } catch (const std::exception&) {  // sizes no convolution takes
+  }
+  return -1;
+}
+
 }  // namespace
 
 double time_fused_op(const std::string& op, const std::string& dims) {
+  if (op.find('@') != std::string::npos) return time_convolution(op, dims);
   // "<op>_backward" times the op's fused backward: the gradient of one forward, retained.
   static const std::string kBackward = "_backward";
   const size_t stem = op.size() - std::min(op.size(), kBackward.size());

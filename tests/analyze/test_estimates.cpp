@@ -176,5 +176,50 @@ TEST(Measured, ARuleCountsTheFusedOpsCallsInAMatch) {
                std::invalid_argument);
 }
 
+// A layout change is estimated from its convolutions timed in both layouts: each recorded
+// forward and backward scaled by the ratio, the stride and padding read from the sizes, the
+// backward found by its sequence number (which the pad before the convolution shares).
+TEST(Measured, ALayoutChangeScalesEachConvolutionByItsTimesInBothLayouts) {
+  auto op = [](const std::string& name, double ts, double dur, int seq, const std::string& dims, const std::string& strides) {
+    return R"({"ph":"X","cat":"cpu_op","name":")" + name + R"(","pid":1,"tid":1,"ts":)" + std::to_string(ts) +
+           R"(,"dur":)" + std::to_string(dur) + R"(,"args":{"Input Dims":)" + dims + R"(,"Input Strides":)" + strides +
+           (seq >= 0 ? R"(,"Sequence number":)" + std::to_string(seq) : std::string()) + "}}";
+  };
+  const std::string events = "[" +
+      op("aten::pad", 0, 10, 7, "[[2,8,16,16]]", "[[2048,256,16,1]]") + "," +
+      op("aten::conv2d", 20, 100, 7, "[[2,8,17,17],[16,8,3,3],[16]]", "[[2312,289,17,1],[72,9,3,1],[1]]") + "," +
+      op("aten::conv2d", 130, 60, 9, "[[2,16,8,8],[16,1,3,3]]", "[[1024,64,8,1],[9,9,3,1]]") + "," +
+      op("ConvolutionBackward0", 300, 80, 9, "[[2,16,8,8]]", "[[1024,64,8,1]]") + "," +
+      op("aten::convolution_backward", 301, 78, -1, "[[2,16,8,8],[2,16,8,8],[16,1,3,3]]",
+         "[[1024,64,8,1],[1024,64,8,1],[9,9,3,1]]") + "," +
+      op("ConvolutionBackward0", 400, 200, 7, "[[2,16,8,8]]", "[[1024,64,8,1]]") + "," +
+      op("aten::convolution_backward", 401, 198, -1, "[[2,16,8,8],[2,8,17,17],[16,8,3,3]]",
+         "[[1024,64,8,1],[2312,289,17,1],[72,9,3,1]]") + "]";
+  std::vector<std::string> asked;
+  Options o;
+  o.measure = [&](const std::string& name, const std::string& dims) {
+    asked.push_back(name + " " + dims);
+    const bool backward = name.rfind("conv2d_backward@", 0) == 0, after = name.find("@channels_last") != std::string::npos;
+    return backward ? (after ? 50.0 : 100.0) : (after ? 10.0 : 40.0);
+  };
+  const Analysis a = analyze(trace::parse_trace(events, "t.json"), "t.json", default_rules(), o);
+  const Finding& f = finding(a, "channels_last");
+  EXPECT_TRUE(f.estimated);
+  EXPECT_EQ(f.estimate, "convolutions timed in both layouts");
+  // each convolution: forward x 10/40, backward x 50/100
+  EXPECT_DOUBLE_EQ(f.est_saving_us, (100 + 200 - (25 + 100)) + (60 + 80 - (15 + 40)));
+  // the first of stride 2 and no padding (17 -> 8), the depthwise one of stride 1, padding 1, 16 groups
+  EXPECT_NE(std::find(asked.begin(), asked.end(), "conv2d@channels_last 2,8,17,17;16,8,3,3;2,16,8,8;2,2;0,0;1"), asked.end());
+  EXPECT_NE(std::find(asked.begin(), asked.end(), "conv2d_backward@contiguous 2,16,8,8;16,1,3,3;2,16,8,8;1,1;1,1;16"),
+            asked.end());
+  EXPECT_EQ(asked.size(), 8u);
+  // a convolution whose backward the trace does not hold is not estimated
+  const std::string forward_only = "[" + op("aten::conv2d", 20, 100, 7, "[[2,8,17,17],[16,8,3,3],[16]]",
+                                            "[[2312,289,17,1],[72,9,3,1],[1]]") + "]";
+  const Finding& g = finding(analyze(trace::parse_trace(forward_only, "t.json"), "t.json", default_rules(), o), "channels_last");
+  EXPECT_FALSE(g.estimated);
+  EXPECT_EQ(g.est_saving_us, 0);
+}
+
 }  // namespace
 }  // namespace opfuse::analyze

@@ -105,7 +105,8 @@ def test_channels_last_is_found_by_the_strides_applied_and_verified_with_a_fused
     result.model._conv_stem.register_forward_hook(lambda m, args, y: out.setdefault("stem", y))
     result.model(inputs[0])
     assert out["stem"].is_contiguous(memory_format=torch.channels_last) and not out["stem"].is_contiguous()
-    # The analysis advises it from the baseline's strides, with no estimate, and no longer after it.
+    # The analysis advises it from the baseline's strides, and no longer after it; without the
+    # convolutions timed (opfuse.analyze's measure=False), with no estimate.
     before = opfuse.analyze(str(tmp_path / "run" / "baseline.trace.json"))
     advice = next(f for f in before.findings if f["rule"] == "channels_last")
     assert advice["estimated"] is False and advice["est_saving_us"] == 0
@@ -115,10 +116,15 @@ def test_channels_last_is_found_by_the_strides_applied_and_verified_with_a_fused
     assert "not estimated: tune measures a layout change" in row, row
     after = opfuse.analyze(str(tmp_path / "run" / "tuned.trace.json"))
     assert not any(f["rule"] == "channels_last" for f in after.findings)
-    # nor does the critical path predict the tuned step without it, and the report says so
+    # nor does the critical path predict the tuned step without it (measure_ops off), and the report says so
     assert result.to_json()["predicted_step_ms"] is None
     assert result.to_json()["not_predicted"] == "channels_last has no estimate"
     assert "not predicted: channels_last has no estimate" in result.text
+    # With the convolutions timed here in both layouts (forward and backward, at the sizes the
+    # trace recorded), every one has an estimate.
+    timed = opfuse.analyze(str(tmp_path / "run" / "baseline.trace.json"), measure=True)
+    advice = next(f for f in timed.findings if f["rule"] == "channels_last")
+    assert advice["estimated"] is True and advice["estimate"].startswith("convolutions timed in both layouts"), advice
 
 
 def test_profile_and_analyze_name_module_paths_forward_and_backward(tmp_path):
