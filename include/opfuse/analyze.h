@@ -169,7 +169,7 @@ struct Finding {
   double time_us = 0, est_saving_us = 0;  // time_us: the saving's basis, device time on device backends
   double host_us = 0, device_us = 0;     // the matched ops' host time; the device time of what they launched
   std::string estimate;       // how the saving was estimated: "measured opfuse::silu", "bandwidth"
-  bool estimated = true;      // false: no estimate holds (a layout change), est_saving_us is 0
+  bool estimated = true;      // false: no estimate holds (a layout change not timed), est_saving_us is 0
   // The critical path (critical_path.cpp): the share of the matched ops' time on it, and so the
   // part of the saving that shortens the step.
   double critical_share = 0, saving_on_path_us = 0;

@@ -120,7 +120,8 @@ std::vector<Finding> find_fusions(const Trace& trace, const Links& links, const 
       f.est_saving_us += cost.saving_us();
       if (mt.pattern != nullptr) add_once(tally.patterns, mt.pattern->pattern->text());
       add_once(tally.estimates, cost.how);
-      f.estimated = cost.estimated;  // one rule per finding, so the same for each match
+      // a layout change is estimated where its convolutions could be timed: any of them will do
+      f.estimated = f.occurrences == 1 ? cost.estimated : f.estimated || cost.estimated;
       Location& here = tally.where[locator.location(mt.ops[0])];
       here.count += 1;
       here.ops += cost.ops;
@@ -146,7 +147,7 @@ std::vector<Finding> find_fusions(const Trace& trace, const Links& links, const 
   }
   std::vector<size_t> order(out.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  // By saving; a finding with no estimate (a layout change) after those that save, before those that save nothing.
+  // By saving; a finding with no estimate (a layout change not timed) after those that save, before those that save nothing.
   auto rank = [&](size_t i) { return out[i].est_saving_us > 0 ? 0 : out[i].estimated ? 2 : 1; };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return rank(a) != rank(b) ? rank(a) < rank(b) : out[a].est_saving_us > out[b].est_saving_us;

@@ -353,7 +353,7 @@ std::string format_analysis(const Analysis& a, int top, bool all) {
 
   // Findings come sorted by saving, so those that save nothing are the tail: a fusion that
   // saves nothing is no advice, and would read as one when it is the only row. One with no
-  // estimate (a layout change) is advice, its saving for tune to measure.
+  // estimate (a layout change not timed) is advice, its saving for tune to measure.
   const auto saving = std::find_if(a.findings.begin(), a.findings.end(),
                                    [](const Finding& f) { return f.estimated && f.est_saving_us <= 0; });
   const auto listed = all ? a.findings.size() : static_cast<size_t>(saving - a.findings.begin());

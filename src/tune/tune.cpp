@@ -244,7 +244,7 @@ const analyze::Finding* finding_of(const analyze::Analysis& a, const std::string
 }
 
 // The baseline's measured step less what its critical path says the kept rewrites take off it;
-// 0 (no prediction, and `why`) when a kept rewrite has no estimate (a layout change).
+// 0 (no prediction, and `why`) when a kept rewrite has no estimate (a layout change not timed).
 double predicted_step_ms(const TuneResult& r, std::string& why) {
   const analyze::Analysis& a = r.baseline.analysis;
   if (a.critical_path.length_us <= 0 || a.trace.step_us <= 0) return 0;
