@@ -241,6 +241,16 @@ def test_the_tuned_model_copies_and_pickles_its_state():
     assert torch.allclose(twin(x), model(x))
 
 
+def test_the_llama_style_model_trained_as_llama2c_trains_it_has_the_loss_in_its_forward_fused(tmp_path):
+    model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED, loss_inside=True)
+    _, (tokens,), outside = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
+    # the same loss as the one computed from the logits outside the model (ignore_index -1 ignores none)
+    assert torch.equal(inputs[0], tokens) and torch.equal(loss(model(*inputs)), outside(model(tokens)))
+    result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "inside"), **QUICK)
+    ce = next(r for r in result.replacements if r.rule == "cross_entropy")
+    assert ce.verified and ce.kept and ce.places == 1, ce
+
+
 def test_llama_rms_norm_and_swiglu_are_replaced_and_verified_with_module_paths(tmp_path):
     model, inputs, loss = llama.factory(batch_size=2, seq_len=16, vocab_size=64, seed=SEED)
     result = opfuse.tune(model, inputs, loss, out=str(tmp_path / "llama"), **QUICK)
