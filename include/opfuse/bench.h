@@ -75,9 +75,9 @@ namespace opfuse::bench {
 // Dims" ("16,32,56,56;16,32,1,1": largest first), on inputs its spec makes from them (e.g.
 // batch_norm_silu in training mode, drop_connect_add with p = 0.2), median of repeated calls;
 // −1 for an op or shape it cannot time; each (op, shapes, threads) is timed once per process.
-// analyze uses it for its estimates. A recorded convolution
-// in a memory format ("conv2d@channels_last", "conv2d_backward@contiguous"; dims
-// "x;w;y;stride;padding;groups") is timed too, for a layout change's estimate.
+// analyze uses it for its estimates. A recorded convolution in a memory format
+// ("conv2d@channels_last", "conv2d_backward@contiguous"; dims "x;w;y;stride;padding;groups") is
+// timed too, for a layout change's estimate.
 double time_fused_op(const std::string& op, const std::string& dims);
 
 // This machine's peak compute and memory bandwidth at `threads` intra-op threads, for the op
