@@ -63,6 +63,9 @@ struct RulePattern {
   Shapes shapes = Shapes::any;
   int passes = 0;       // full-size tensor passes the fused op makes (0: inputs + one output)
   std::string calls;    // the measured op runs once per op of this name in the match ("": once)
+  // The measured op's variant that the matched chain is: reference (the chain as models write
+  // it), aten (torch's own op) or none (no variant: the op's own time stands for the chain's).
+  std::string runs_as = "reference";
   MemoryFormat memory_format = MemoryFormat::any;  // any: strides are not asked
 };
 

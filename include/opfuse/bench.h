@@ -71,11 +71,13 @@ OpBenchResult bench_op(const OpBenchOptions& options);
 namespace opfuse::bench {
 
 // Microseconds one call of opfuse op `op` (any OpSpec's name: its forward, or its optimizer
-// step; "<name>_backward": its backward) takes here at the tensor shapes of a trace's "Input
+// step; "<name>_backward": its backward; "<name>@reference" or "@aten": that variant of its
+// spec, what the chain it replaces costs) takes here at the tensor shapes of a trace's "Input
 // Dims" ("16,32,56,56;16,32,1,1": largest first), on inputs its spec makes from them (e.g.
 // batch_norm_silu in training mode, drop_connect_add with p = 0.2), median of repeated calls;
-// −1 for an op or shape it cannot time; each (op, shapes, threads) is timed once per process.
-// analyze uses it for its estimates. A recorded convolution in a memory format
+// −1 for an op, variant or shape it cannot time; each (op, shapes, threads) is timed once per
+// process, in tune's memory regime (measure::keep_freed_memory). analyze uses it for its
+// estimates. A recorded convolution in a memory format
 // ("conv2d@channels_last", "conv2d_backward@contiguous"; dims "x;w;y;stride;padding;groups") is
 // timed too, for a layout change's estimate.
 double time_fused_op(const std::string& op, const std::string& dims);

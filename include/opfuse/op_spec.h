@@ -45,6 +45,8 @@ struct OpArgs {
   InputShapes shapes;
   at::ScalarType dtype = at::kFloat;  // of the floating-point inputs
   double dropout_p = 0;               // attention's
+  // The layout of 4-d activations: channels-last where the trace recorded them so.
+  at::MemoryFormat memory_format = at::MemoryFormat::Contiguous;
 };
 
 struct OpSpec {

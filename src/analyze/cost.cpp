@@ -43,10 +43,7 @@ int64_t CostModel::covered_ops(const Match& mt) const {
 // they achieved.
 double CostModel::fused_time(const Match& mt, std::string& how) {
   const std::vector<int32_t>& ops = bytes_ops(mt);
-  if (const double us = measured_time(mt, ops); us >= 0) {
-    how = "measured opfuse::" + mt.pattern->measure;
-    return us;
-  }
+  if (const double us = measured_time(mt, ops, how); us >= 0) return us;
   double kept = 0, whole = 0;
   bool products = false;
   for (int32_t e : ops)
@@ -57,16 +54,54 @@ double CostModel::fused_time(const Match& mt, std::string& how) {
   return kept + others;
 }
 
-// The rule's opfuse op timed at the input shapes of the chain's ops, once per call it would make
-// (the pattern's `calls`: a chain rotating q and k together is two calls), or −1.
-double CostModel::measured_time(const Match& mt, const std::vector<int32_t>& ops) {
+// What the rule's opfuse op would take in the model: the chain's time scaled by the op against
+// the chain as torch runs it (the op's variant the pattern names in runs_as), both timed here at
+// the input shapes of the chain's ops. Timed alone an op runs faster than in the model, its
+// inputs warm in the caches; the ratio cancels that. Without that variant, the op's own time,
+// once per call it would make (the pattern's `calls`: a chain rotating q and k together is two
+// calls). −1 when the op cannot be timed.
+double CostModel::measured_time(const Match& mt, const std::vector<int32_t>& ops, std::string& how) {
   if (mt.pattern == nullptr || mt.pattern->measure.empty() || !measure_) return -1;
   std::vector<const Shape*> distinct;
   for (int32_t e : ops) add_shapes(e, distinct);
-  const double once = distinct.empty() ? -1 : measure(mt.pattern->measure, distinct);
-  if (once < 0 || mt.pattern->calls.empty()) return once;
+  if (distinct.empty()) return -1;
+  const std::string& op = mt.pattern->measure;
+  const std::string layout = channels_last(ops) == 1 ? "+channels_last" : "";
+  const double fused = measure(op + layout, distinct);
+  if (fused < 0) return -1;
+  if (const double chain = mt.pattern->runs_as == "none" ? -1 : measure(op + "@" + mt.pattern->runs_as + layout, distinct);
+      chain > 0) {
+    how = fmt::format("opfuse::{} against {}, timed", op, mt.pattern->runs_as);
+    return match_time(mt) * fused / chain;
+  }
+  how = "measured opfuse::" + op;
+  if (mt.pattern->calls.empty()) return fused;
   const auto calls = std::count_if(mt.ops.begin(), mt.ops.end(), [&](int32_t e) { return index.name(e) == mt.pattern->calls; });
-  return once * static_cast<double>(std::max<std::ptrdiff_t>(1, calls));
+  return fused * static_cast<double>(std::max<std::ptrdiff_t>(1, calls));
+}
+
+// Whether the chain ran on channels-last activations: the first of its ops (for an autograd node,
+// of the ops it ran) whose recorded strides show a 4-d input of several channels and pixels tells
+// (1 channels-last, 0 not; −1 none does). Its ops are timed in that layout, which changes what
+// they take.
+int CostModel::channels_last(const std::vector<int32_t>& ops, int depth) const {
+  for (int32_t e : ops) {
+    const trace::Event& ev = index.trace.events[e];
+    if (ev.strides != 0) {
+      const auto sizes = parse_dims(index.trace.strings[ev.dims]);
+      const auto strides = parse_dims(index.trace.strings[ev.strides]);
+      for (size_t k = 0; k < sizes.size() && k < strides.size(); ++k) {
+        const std::vector<int64_t>&s = sizes[k], &t = strides[k];
+        if (s.size() == 4 && t.size() == 4 && s[1] > 1 && s[2] * s[3] > 1) return t[1] == 1 && t[3] == s[1] ? 1 : 0;
+      }
+    }
+    if (depth < 2 && index.links.child_count(e) > 0) {
+      const int32_t* first = index.links.children_of(e);
+      if (const int inside = channels_last({first, first + index.links.child_count(e)}, depth + 1); inside >= 0)
+        return inside;
+    }
+  }
+  return -1;
 }
 
 // An op's input shapes; for an autograd node, which records none, those of the ops it ran

@@ -35,7 +35,8 @@ class CostModel {
   double match_time(const Match& mt) const;
   int64_t covered_ops(const Match& mt) const;
   double fused_time(const Match& mt, std::string& how);
-  double measured_time(const Match& mt, const std::vector<int32_t>& ops);
+  double measured_time(const Match& mt, const std::vector<int32_t>& ops, std::string& how);
+  int channels_last(const std::vector<int32_t>& ops, int depth = 0) const;
   void add_shapes(int32_t e, std::vector<const Shape*>& distinct, int depth = 0);
   double product_time(int32_t e) const;
   double others_fused_time(const Match& mt, const std::vector<int32_t>& ops, bool products, double products_time,

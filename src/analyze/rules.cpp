@@ -55,12 +55,19 @@ RulePattern parse_pattern(const std::string& name, const YAML::Node& n) {
   if (n["shapes"]) p.shapes = parse_shapes(name, n["shapes"]);
   if (n["passes"]) p.passes = n["passes"].as<int>();
   if (n["calls"]) p.calls = scalar(name, n["calls"], "calls");
+  if (n["runs_as"]) {
+    p.runs_as = scalar(name, n["runs_as"], "runs_as");
+    if (p.runs_as != "reference" && p.runs_as != "aten" && p.runs_as != "none")
+      fail(name, n["runs_as"], "runs_as must be reference, aten or none");
+    if (p.measure.empty()) fail(name, n["runs_as"], "runs_as names the measured op's variant: it needs measure");
+  }
   if (n["memory_format"]) {
     if (scalar(name, n["memory_format"], "memory_format") != "contiguous")
       fail(name, n["memory_format"], "a pattern's memory_format must be contiguous");
     p.memory_format = MemoryFormat::contiguous;
   }
-  if (!p.calls.empty() && p.measure.empty()) fail(name, n["calls"], "calls counts the measured op's calls: it needs measure");
+  if (!p.calls.empty() && (p.measure.empty() || p.runs_as != "none"))
+    fail(name, n["calls"], "calls counts the measured op's calls: it needs measure and runs_as: none");
   return p;
 }
 

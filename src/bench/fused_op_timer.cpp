@@ -10,6 +10,7 @@
 
 #include "opfuse/analyze.h"
 #include "opfuse/bench.h"
+#include "opfuse/measure.h"
 #include "opfuse/op_spec.h"
 #include "opfuse/stats.h"
 
@@ -46,12 +47,10 @@ bool sizable(const InputShapes& shapes) {
          std::all_of(shapes.begin(), shapes.end(), [](const auto& s) { return s.empty() || sizable(s); });
 }
 
-// A recorded 2-d convolution run again in a memory format: "conv2d@channels_last" (forward) or
-// "conv2d_backward@contiguous" (the gradients of its input and weight), dims "x;w;y;stride;padding;groups"
-// as the cost model writes them. What a layout change's estimate compares.
-double time_convolution(const std::string& op, const std::string& dims) {
-  const size_t at_sign = op.find('@');
-  const std::string kind = op.substr(0, at_sign), format = op.substr(at_sign + 1);
+// A recorded 2-d convolution run again in a memory format: "conv2d" (forward) or "conv2d_backward"
+// (the gradients of its input and weight) in "channels_last" or "contiguous", dims
+// "x;w;y;stride;padding;groups" as the cost model writes them. What a layout change's estimate compares.
+double time_convolution(const std::string& kind, const std::string& format, const std::string& dims) {
   const auto shapes = analyze::parse_dims(dims);
   if (shapes.size() != 6 || !sizable(shapes[0]) || !sizable(shapes[1]) || !sizable(shapes[2]) || shapes[3].size() != 2 ||
       shapes[4].size() != 2 || shapes[5].size() != 1)
@@ -77,15 +76,25 @@ double time_convolution(const std::string& op, const std::string& dims) {
   return -1;
 }
 
-double time_uncached(const std::string& op, const std::string& dims) {
-  if (op.find('@') != std::string::npos) return time_convolution(op, dims);
-  // "<op>_backward" times the op's fused backward: the gradient of one forward, retained.
+// `name` is "<op>[_backward][@variant][+channels_last]": the OpSpec's variant (reference, aten,
+// opfuse: the default), or a convolution's memory format; its 4-d activations channels-last.
+double time_uncached(const std::string& full_name, const std::string& dims) {
+  static const std::string kChannelsLast = "+channels_last";
+  const bool channels_last = full_name.size() > kChannelsLast.size() &&
+                             full_name.compare(full_name.size() - kChannelsLast.size(), std::string::npos, kChannelsLast) == 0;
+  const std::string name = full_name.substr(0, full_name.size() - (channels_last ? kChannelsLast.size() : 0));
+  const size_t at_sign = name.find('@');
+  const std::string op = name.substr(0, at_sign);
+  const std::string variant = at_sign == std::string::npos ? "opfuse" : name.substr(at_sign + 1);
+  if (op == "conv2d" || op == "conv2d_backward") return channels_last ? -1 : time_convolution(op, variant, dims);
+  // "<op>_backward" times the op's backward: the gradient of one forward, retained.
   static const std::string kBackward = "_backward";
   const size_t stem = op.size() - std::min(op.size(), kBackward.size());
   const bool backward = stem > 0 && op.compare(stem, std::string::npos, kBackward) == 0;
   const OpSpec* spec = find_op_spec(backward ? op.substr(0, stem) : op);
   OpArgs args;
   args.shapes = analyze::parse_dims(dims);
+  if (channels_last) args.memory_format = at::MemoryFormat::ChannelsLast;
   if (spec == nullptr || !sizable(args.shapes)) return -1;
   OpCase c;
   try {
@@ -93,13 +102,14 @@ double time_uncached(const std::string& op, const std::string& dims) {
   } catch (const std::exception&) {  // shapes the op does not take
     return -1;
   }
-  const OpVariant& fused = c.variants.back();
-  if (fused.step) return time_calls(fused.step);
+  const auto chosen = std::find_if(c.variants.begin(), c.variants.end(), [&](const OpVariant& v) { return v.name == variant; });
+  if (chosen == c.variants.end()) return -1;
+  if (chosen->step) return time_calls(chosen->step);
   if (!backward) {
     at::NoGradGuard no_grad;
-    return time_calls([&] { fused.forward(); });
+    return time_calls([&] { chosen->forward(); });
   }
-  const at::Tensor y = fused.forward();
+  const at::Tensor y = chosen->forward();
   return time_calls([&] { torch::autograd::grad({y}, c.leaves, {c.grad_output}, /*retain_graph=*/true); });
 }
 
@@ -116,6 +126,9 @@ double time_fused_op(const std::string& op, const std::string& dims) {
     const std::lock_guard<std::mutex> lock(mutex);
     if (const auto it = times.find(key); it != times.end()) return it->second;
   }
+  // In tune's memory regime, where a large temporary reuses touched pages: `analyze --measure`
+  // then estimates what tune would.
+  measure::keep_freed_memory();
   const double us = time_uncached(op, dims);
   const std::lock_guard<std::mutex> lock(mutex);
   return times.emplace(key, us).first->second;

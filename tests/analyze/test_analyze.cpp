@@ -380,21 +380,55 @@ TEST(Analyze, CrossEntropyForwardSpellingsAndItsBackward) {
             "torch.nn.functional.cross_entropy");
 }
 
+// The chain's time scaled by the opfuse op's time over the chain's own (the op's reference
+// variant), both timed at the recorded shapes; without the reference, the op's own time.
 TEST(Analyze, MeasuredSavingsComeFromTheTimer) {
   const std::string json = R"([{"ph":"X","cat":"cpu_op","name":"aten::sigmoid","pid":1,"tid":1,"ts":0,"dur":10,"args":{"Input Dims":[[8,3]]}},
     {"ph":"X","cat":"cpu_op","name":"aten::mul","pid":1,"tid":1,"ts":11,"dur":10,"args":{"Input Dims":[[8,3],[8,3]]}}])";
   const trace::Trace t = trace::parse_trace(json, "m.json");
   Options o;
-  std::string asked;
+  std::vector<std::string> asked;
+  double reference_us = 10;
   o.measure = [&](const std::string& op, const std::string& dims) {
-    asked = op + " " + dims;
-    return 4.0;
+    asked.push_back(op + " " + dims);
+    return op == "silu" ? 4.0 : reference_us;
   };
   const Analysis a = analyze(t, "m.json", default_rules(), o);
   ASSERT_FALSE(a.findings.empty());
-  EXPECT_EQ(asked, "silu 8,3");
-  EXPECT_DOUBLE_EQ(a.findings[0].est_saving_us, 20 - 4);
-  EXPECT_EQ(a.findings[0].estimate, "measured opfuse::silu");
+  EXPECT_EQ(asked, (std::vector<std::string>{"silu 8,3", "silu@reference 8,3"}));
+  EXPECT_DOUBLE_EQ(a.findings[0].est_saving_us, 20 - 20 * 4.0 / 10);
+  EXPECT_EQ(a.findings[0].estimate, "opfuse::silu against reference, timed");
+  reference_us = -1;
+  const Analysis alone = analyze(t, "m.json", default_rules(), o);
+  EXPECT_DOUBLE_EQ(alone.findings[0].est_saving_us, 20 - 4);
+  EXPECT_EQ(alone.findings[0].estimate, "measured opfuse::silu");
+}
+
+// A chain over channels-last activations (by its recorded strides) is timed channels-last, the
+// opfuse op and the chain alike; an NCHW one, or one without strides, in torch's default layout.
+TEST(Analyze, AChannelsLastChainIsTimedChannelsLast) {
+  const auto trace_with = [](const std::string& strides) {
+    const std::string args = R"("Input Dims":[[2,8,5,3]])" + (strides.empty() ? "" : R"(,"Input Strides":[)" + strides + "]");
+    const std::string mul_args = R"("Input Dims":[[2,8,5,3],[2,8,5,3]])" +
+                                 (strides.empty() ? "" : R"(,"Input Strides":[)" + strides + "," + strides + "]");
+    return trace::parse_trace(R"([{"ph":"X","cat":"cpu_op","name":"aten::sigmoid","pid":1,"tid":1,"ts":0,"dur":10,"args":{)" +
+                                  args + R"(}},{"ph":"X","cat":"cpu_op","name":"aten::mul","pid":1,"tid":1,"ts":11,"dur":10,"args":{)" +
+                                  mul_args + "}}]",
+                              "m.json");
+  };
+  std::vector<std::string> asked;
+  Options o;
+  o.measure = [&](const std::string& op, const std::string&) {
+    asked.push_back(op);
+    return 4.0;
+  };
+  for (const auto& [strides, layout] : {std::pair<std::string, std::string>{"[120,1,24,8]", "+channels_last"},
+                                        {"[120,15,3,1]", ""},
+                                        {"", ""}}) {
+    asked.clear();
+    analyze(trace_with(strides), "m.json", default_rules(), o);
+    EXPECT_EQ(asked, (std::vector<std::string>{"silu" + layout, "silu@reference" + layout})) << strides;
+  }
 }
 
 // The memory-efficient Swish backward, sigmoid-rsub-mul-add-mul-mul on one shape: 16 tensor

@@ -159,7 +159,7 @@ TEST(SavingBetween, APartlyFusedChainKeepsWhatIsLeftOfItsSaving) {
 TEST(Measured, ARuleCountsTheFusedOpsCallsInAMatch) {
   const std::vector<Rule> rules = parse_rules(R"(rules:
   - name: pairs
-    patterns: [{match: "(unbind-mul){1,2}", measure: silu, calls: unbind}]
+    patterns: [{match: "(unbind-mul){1,2}", measure: silu, calls: unbind, runs_as: none}]
     replacement: {cpu: opfuse::silu})", "r.yaml");
   std::string ev;
   double ts = 0;
@@ -173,6 +173,13 @@ TEST(Measured, ARuleCountsTheFusedOpsCallsInAMatch) {
   // two matches: 40 µs less two calls, 20 µs less one
   EXPECT_DOUBLE_EQ(finding(a, "pairs").est_saving_us, (40 - 2 * 4) + (20 - 4));
   EXPECT_THROW(parse_rules(R"(rules: [{name: x, patterns: [{match: a, calls: a}], replacement: {cpu: y}}])", "r.yaml"),
+               std::invalid_argument);
+  // the chain timed as a variant of the op makes the count moot
+  EXPECT_THROW(parse_rules(R"(rules: [{name: x, patterns: [{match: a, measure: silu, calls: a}], replacement: {cpu: y}}])",
+                           "r.yaml"),
+               std::invalid_argument);
+  EXPECT_THROW(parse_rules(R"(rules: [{name: x, patterns: [{match: a, measure: silu, runs_as: eager}], replacement: {cpu: y}}])",
+                           "r.yaml"),
                std::invalid_argument);
 }
 

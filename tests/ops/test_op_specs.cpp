@@ -158,6 +158,29 @@ TEST(OpSpecs, EveryOpMatchesItsCompositeInFloat32AndBfloat16) {
     }
 }
 
+// A trace's channels-last activations are timed channels-last (analyze's estimates): the case's
+// 4-d inputs take the layout asked, and the opfuse op still agrees with its reference in float64.
+TEST(OpSpecs, ARecordedChannelsLastLayoutReachesTheActivations) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (const char* name : {"silu", "batch_norm_silu", "se_gate", "drop_connect_add"}) {
+    OpArgs args{{{2, 8, 5, 3}}, at::kDouble};
+    args.memory_format = at::MemoryFormat::ChannelsLast;
+    const OpSpec* spec = find_op_spec(name);
+    ASSERT_NE(spec, nullptr) << name;
+    const auto made = [&] {
+      torch::manual_seed(seed);
+      return spec->make(args);
+    };
+    const OpCase ref_case = made(), fused_case = made();
+    EXPECT_TRUE(ref_case.leaves[0].is_contiguous(at::MemoryFormat::ChannelsLast) && !ref_case.leaves[0].is_contiguous()) << name;
+    EXPECT_TRUE(ref_case.grad_output.is_contiguous(at::MemoryFormat::ChannelsLast)) << name;
+    const auto ref = run(ref_case, kReference, seed + 1), actual = run(fused_case, kOpfuse, seed + 1);
+    for (size_t i = 0; i < ref.size(); ++i)
+      expect_close(actual[i], ref[i], scaled_tolerance(ref[i], 1e-10), std::string(name) + " item " + std::to_string(i));
+  }
+}
+
 TEST(OpSpecs, BenchShapesMakeCasesOfTheirOwn) {
   // Names are unique (bench-op's NAME, a rule's measure:), and bench-op's sizes have a case with
   // three variants and the bytes it must move. (Made small: --numel 1000, or the op's default

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "../temp_dir.h"
+#include "opfuse/bench.h"
 #include "opfuse/rewrite.h"
 #include "opfuse/tune.h"
 #include "tune/model_workload.h"
@@ -35,6 +36,19 @@ const analyze::Rule& rule(const std::vector<analyze::Rule>& rules, const std::st
   for (const auto& r : rules)
     if (r.name == name) return r;
   throw std::runtime_error("no rule " + name);
+}
+
+// What analyze's estimates time: an op's variants (the opfuse op by default; its reference and
+// torch's op for the chain it replaces), forward and backward, on NCHW or channels-last
+// activations, and a convolution in a layout; anything else it cannot time.
+TEST(FusedOpTimer, TimesEachVariantAndLayoutItIsAskedFor) {
+  for (const char* op : {"silu", "silu@reference", "silu@aten", "silu_backward@aten", "batch_norm_silu_backward@reference",
+                         "batch_norm_silu_backward@aten+channels_last"})
+    EXPECT_GT(bench::time_fused_op(op, "4,8,6,6"), 0) << op;
+  const std::string conv = "2,8,9,9;8,1,3,3;2,8,9,9;1,1;1,1;8";
+  EXPECT_GT(bench::time_fused_op("conv2d_backward@channels_last", conv), 0);
+  for (const char* op : {"silu@eager", "nosuch@reference", "conv2d@sideways", "conv2d@contiguous+channels_last"})
+    EXPECT_EQ(bench::time_fused_op(op, op[0] == 'c' ? conv : "4,8"), -1) << op;
 }
 
 TEST(Decide, KeepsOnlyWhatTheIntervalSupports) {

@@ -11,11 +11,11 @@ OpCase batch_norm_silu_case(const OpArgs& a) {
   const auto& shape = a.shapes[0];
   if (shape.size() == 3) throw std::invalid_argument("batch_norm_silu: x must be [N, C] or [N, C, H, W]");
   const int64_t channels = shape[1];
-  const at::Tensor x = leaf(randn(shape, a.dtype));
+  const at::Tensor x = leaf(randn(shape, a));
   const at::Tensor w = leaf((torch::rand({channels}) + 0.5).to(a.dtype)), b = leaf(randn({channels}, a.dtype));
   OpCase c;
   c.leaves = {x, w, b};
-  c.grad_output = randn(shape, a.dtype);
+  c.grad_output = randn(shape, a);
   // Each variant updates its own running statistics.
   auto stats = [&] { return std::make_pair(torch::zeros({channels}, a.dtype), torch::ones({channels}, a.dtype)); };
   auto [rm0, rv0] = stats();

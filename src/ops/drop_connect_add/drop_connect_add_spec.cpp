@@ -10,10 +10,10 @@ OpCase drop_connect_add_case(const OpArgs& a) {
   expect_shapes(a.shapes, 1, 1, 8, "drop_connect_add");
   constexpr double p = 0.2, keep = 1 - p;
   const auto& shape = a.shapes[0];
-  const at::Tensor x = leaf(randn(shape, a.dtype)), r = leaf(randn(shape, a.dtype));
+  const at::Tensor x = leaf(randn(shape, a)), r = leaf(randn(shape, a));
   OpCase c;
   c.leaves = {x, r};
-  c.grad_output = randn(shape, a.dtype);
+  c.grad_output = randn(shape, a);
   // one value per sample, [N, 1, …, 1], drawn as the reference (and opfuse) draws it
   std::vector<int64_t> per_sample(shape.size(), 1);
   per_sample[0] = shape[0];

@@ -10,10 +10,10 @@ namespace {
 OpCase se_gate_case(const OpArgs& a) {
   expect_shapes(a.shapes, 1, 4, 4, "se_gate");
   const auto& shape = a.shapes[0];
-  const at::Tensor x = leaf(randn(shape, a.dtype)), g = leaf(randn({shape[0], shape[1], 1, 1}, a.dtype));
+  const at::Tensor x = leaf(randn(shape, a)), g = leaf(randn({shape[0], shape[1], 1, 1}, a.dtype));
   OpCase c;
   c.leaves = {x, g};
-  c.grad_output = randn(shape, a.dtype);
+  c.grad_output = randn(shape, a);
   c.variants = {{"reference", "sigmoid(g) * x (autograd)", [x, g] { return reference::composite_se_gate(x, g); }},
                 {"aten", "x * torch::sigmoid(g) (autograd)", [x, g] { return x * torch::sigmoid(g); }},
                 {"opfuse", "opfuse::se_gate", [x, g] { return opfuse::se_gate(x, g); }}};

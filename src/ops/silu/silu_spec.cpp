@@ -8,10 +8,10 @@ namespace {
 
 OpCase swish_case(const OpArgs& a, bool silu) {
   expect_shapes(a.shapes, 1, 1, 8, silu ? "silu" : "swish");
-  const at::Tensor x = leaf(randn(a.shapes[0], a.dtype));
+  const at::Tensor x = leaf(randn(a.shapes[0], a));
   OpCase c;
   c.leaves = {x};
-  c.grad_output = randn(a.shapes[0], a.dtype);
+  c.grad_output = randn(a.shapes[0], a);
   auto fused = silu ? std::function<at::Tensor()>([x] { return opfuse::silu(x); })
                     : std::function<at::Tensor()>([x] { return opfuse::swish(x, 1.0); });
   c.variants = {

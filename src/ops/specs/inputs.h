@@ -16,6 +16,12 @@ namespace opfuse::specs {
 // float case draws what torch::randn draws.
 inline at::Tensor randn(at::IntArrayRef shape, at::ScalarType dtype) { return torch::randn(shape).to(dtype); }
 
+// An activation of the case: as above, 4-d in the layout the arguments ask (a recorded model's).
+inline at::Tensor randn(at::IntArrayRef shape, const OpArgs& a) {
+  const at::Tensor t = randn(shape, a.dtype);
+  return shape.size() == 4 ? t.contiguous(a.memory_format) : t;
+}
+
 inline at::Tensor leaf(const at::Tensor& t) { return t.detach().requires_grad_(); }
 
 // What `x.float()` in a composite means here: float for float32 and bfloat16, and float64 kept
