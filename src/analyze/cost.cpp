@@ -71,7 +71,7 @@ double CostModel::measured_time(const Match& mt, const std::vector<int32_t>& ops
   if (fused < 0) return -1;
   if (const double chain = mt.pattern->runs_as == "none" ? -1 : measure(op + "@" + mt.pattern->runs_as + layout, distinct);
       chain > 0) {
-    how = fmt::format("opfuse::{} against {}, timed", op, mt.pattern->runs_as);
+    how = fmt::format("opfuse::{} timed against {}", op, mt.pattern->runs_as);
     return match_time(mt) * fused / chain;
   }
   how = "measured opfuse::" + op;

@@ -397,7 +397,7 @@ TEST(Analyze, MeasuredSavingsComeFromTheTimer) {
   ASSERT_FALSE(a.findings.empty());
   EXPECT_EQ(asked, (std::vector<std::string>{"silu 8,3", "silu@reference 8,3"}));
   EXPECT_DOUBLE_EQ(a.findings[0].est_saving_us, 20 - 20 * 4.0 / 10);
-  EXPECT_EQ(a.findings[0].estimate, "opfuse::silu against reference, timed");
+  EXPECT_EQ(a.findings[0].estimate, "opfuse::silu timed against reference");
   reference_us = -1;
   const Analysis alone = analyze(t, "m.json", default_rules(), o);
   EXPECT_DOUBLE_EQ(alone.findings[0].est_saving_us, 20 - 4);
