@@ -56,10 +56,11 @@ double CostModel::fused_time(const Match& mt, std::string& how) {
 
 // What the rule's opfuse op would take in the model: the chain's time scaled by the op against
 // the chain as torch runs it (the op's variant the pattern names in runs_as), both timed here at
-// the input shapes of the chain's ops. Timed alone an op runs faster than in the model, its
-// inputs warm in the caches; the ratio cancels that. Without that variant, the op's own time,
-// once per call it would make (the pattern's `calls`: a chain rotating q and k together is two
-// calls). −1 when the op cannot be timed.
+// the input shapes of the chain's ops. Timed alone an op may run faster than in the model, its
+// inputs warm in the caches, and the ratio cancels what the two share of that (on an Intel VM the
+// fused batch_norm_silu's own time estimated up to 3x the gain tune measured). Without that
+// variant, the op's own time, once per call it would make (the pattern's `calls`: a chain
+// rotating q and k together is two calls). −1 when the op cannot be timed.
 double CostModel::measured_time(const Match& mt, const std::vector<int32_t>& ops, std::string& how) {
   if (mt.pattern == nullptr || mt.pattern->measure.empty() || !measure_) return -1;
   std::vector<const Shape*> distinct;
