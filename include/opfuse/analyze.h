@@ -136,12 +136,16 @@ struct OpStat {
 
 // What one call of an op does, from its recorded input shapes (src/analyze/roofline.cpp): the
 // floating-point operations and the bytes it must move at least. For the matrix products,
-// convolutions (at stride 1: a trace holds no strides), elementwise ops, norms, softmax and
-// attention; zero for any other op or unknown shapes.
+// convolutions, elementwise ops, norms, softmax and attention; zero for any other op or unknown
+// shapes. A trace holds no convolution's stride: its output's size (`output`, from the gradient
+// its backward received) says it, and without it the convolution is counted at stride 1.
 struct Work {
   double flops = 0, bytes = 0;
 };
-Work op_work(const std::string& op, const std::vector<std::vector<int64_t>>& inputs, const std::vector<std::string_view>& types);
+Work op_work(const std::string& op, const std::vector<std::vector<int64_t>>& inputs, const std::vector<std::string_view>& types,
+             const std::vector<int64_t>* output = nullptr);
+// Whether op_work counts `op` ("aten::mkldnn_convolution" …) as a convolution's forward.
+bool convolution_forward(std::string_view op);
 
 // A machine's measured peaks, for the op table's roofline (0: not known). An op whose FLOPs per
 // byte fall below peak_flops / peak_bytes is bound by memory bandwidth: fusion is what helps it.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <map>
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
@@ -78,31 +79,65 @@ Summary summarise(const Trace& t, const Links& m, const std::string& path, Backe
   return s;
 }
 
-// op_work per event, worked out once per (name, shapes, types): a trace repeats a few hundred.
+// op_work per event, worked out once per (name, shapes, types, output): a trace repeats a few
+// hundred.
 struct OpWork {
   struct Key {
-    uint32_t name, dims, types;
-    bool operator==(const Key& o) const { return name == o.name && dims == o.dims && types == o.types; }
+    uint32_t name, dims, types, output;
+    bool operator==(const Key& o) const { return name == o.name && dims == o.dims && types == o.types && output == o.output; }
   };
   struct Hash {
     size_t operator()(const Key& k) const {
-      return static_cast<size_t>(((uint64_t{k.name} * 0x9E3779B97F4A7C15ull) ^ (uint64_t{k.dims} << 21) ^ k.types) *
+      return static_cast<size_t>(((uint64_t{k.name} * 0x9E3779B97F4A7C15ull) ^ (uint64_t{k.dims} << 21) ^ k.types ^
+                                  (uint64_t{k.output} << 42)) *
                                  0xBF58476D1CE4E5B9ull);
     }
   };
   const Trace& t;
+  const Links& links;
   std::unordered_map<Key, Work, Hash> known;
-  Work of(const trace::Event& e) {
+  std::map<int64_t, int32_t> nodes;  // the backward ops by sequence number, made at the first convolution
+  bool nodes_made = false;
+
+  Work of(int32_t i) {
+    const trace::Event& e = t.events[i];
     if (e.dims == 0) return {};
-    const auto [it, fresh] = known.try_emplace(Key{e.name, e.dims, e.types});
-    if (fresh) it->second = op_work(t.strings[e.name], parse_dims(t.strings[e.dims]), split_types(t.strings[e.types]));
+    const uint32_t output = convolution_forward(t.strings[e.name]) ? output_dims(i) : 0;
+    const auto [it, fresh] = known.try_emplace(Key{e.name, e.dims, e.types, output});
+    if (fresh) {
+      const std::vector<Shape> y = output == 0 ? std::vector<Shape>{} : parse_dims(t.strings[output]);
+      it->second = op_work(t.strings[e.name], parse_dims(t.strings[e.dims]), split_types(t.strings[e.types]),
+                           y.empty() ? nullptr : &y[0]);
+    }
     return it->second;
+  }
+
+  // A convolution's output size: the gradient its backward received (convolution_backward's first
+  // input), the backward found by the sequence number of the convolution or of the op it runs inside
+  // (mkldnn_convolution inside convolution); the dims' string id, or 0.
+  uint32_t output_dims(int32_t i) {
+    if (!nodes_made) nodes = backward_ops_by_sequence(t, links), nodes_made = true;
+    for (int32_t e = i; e >= 0; e = links.op_parent[e]) {
+      if (t.events[e].sequence_nr < 0) continue;
+      const auto node = nodes.find(t.events[e].sequence_nr);
+      return node == nodes.end() ? 0 : backward_dims(node->second, 0);
+    }
+    return 0;
+  }
+
+  // The dims of the convolution_backward op at or below an autograd node (evaluate_function,
+  // then ConvolutionBackward0, then the op, in a Kineto trace), or 0.
+  uint32_t backward_dims(int32_t e, int depth) const {
+    if (t.events[e].dims != 0 && t.strings[t.events[e].name].ends_with("convolution_backward")) return t.events[e].dims;
+    for (size_t k = 0; depth < 2 && k < links.child_count(e); ++k)
+      if (const uint32_t dims = backward_dims(links.children_of(e)[k], depth + 1); dims != 0) return dims;
+    return 0;
   }
 };
 
 // Per op name: count, inclusive and self time, the device time of what it launched, its work.
 std::vector<OpStat> op_table(const Trace& t, const Links& m) {
-  OpWork work{t, {}};
+  OpWork work{t, m, {}};
   const size_t n = t.events.size();
   std::vector<double> self(n), device(m.device_lanes.empty() ? 0 : n, 0);
   for (size_t i = 0; i < n; ++i) self[i] = t.events[i].dur;
@@ -125,7 +160,7 @@ std::vector<OpStat> op_table(const Trace& t, const Links& m) {
     s.total_us += t.events[i].dur;
     s.self_us += std::max(0.0, self[i]);
     if (!device.empty()) s.device_us += device[i];
-    if (const Work w = work.of(t.events[i]); w.flops > 0 || w.bytes > 0) {
+    if (const Work w = work.of(static_cast<int32_t>(i)); w.flops > 0 || w.bytes > 0) {
       s.flops += w.flops, s.bytes += w.bytes;
       s.work_us += device.empty() ? t.events[i].dur : device[i];
     }

@@ -205,14 +205,9 @@ double CostModel::timed(const std::string& op, const std::string& dims) {
   return it->second;
 }
 
-// The autograd node (ConvolutionBackward0) that differentiates a forward op: the backward op of
-// its sequence number (ops that make no node, a pad before the convolution, share the number, so
-// the trace's own forward link may name another op), or −1.
+// The autograd node (ConvolutionBackward0) that differentiates a forward op, or −1.
 int32_t CostModel::backward_of(int32_t e) {
-  if (backward_by_sequence_.empty())
-    for (size_t i = 0; i < index.links.forward.size(); ++i)
-      if (index.links.forward[i] >= 0 && index.trace.events[i].sequence_nr >= 0)
-        backward_by_sequence_.emplace(index.trace.events[i].sequence_nr, static_cast<int32_t>(i));
+  if (backward_by_sequence_.empty()) backward_by_sequence_ = backward_ops_by_sequence(index.trace, index.links);
   const auto it = backward_by_sequence_.find(index.trace.events[e].sequence_nr);
   return it == backward_by_sequence_.end() ? -1 : it->second;
 }

@@ -246,4 +246,12 @@ std::vector<std::vector<int64_t>> parse_dims(const std::string& dims) {
   return out;
 }
 
+std::map<int64_t, int32_t> backward_ops_by_sequence(const trace::Trace& trace, const trace::Links& links) {
+  std::map<int64_t, int32_t> nodes;
+  for (size_t i = 0; i < links.forward.size(); ++i)
+    if (links.forward[i] >= 0 && trace.events[i].sequence_nr >= 0)
+      nodes.emplace(trace.events[i].sequence_nr, static_cast<int32_t>(i));
+  return nodes;
+}
+
 }  // namespace opfuse::analyze

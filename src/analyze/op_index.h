@@ -54,6 +54,11 @@ class StartsByThread {
 std::vector<double> profiled_cost_inside(const trace::Trace& trace, const trace::Links& links, double each,
                                          const StartsByThread& allocations);
 
+// The autograd node (ConvolutionBackward0 …) of each sequence number. Ops that make no node (a
+// pad before a convolution) share the number of the op that does, so the trace's own forward
+// link may name another op: a forward op's node is the one of its number.
+std::map<int64_t, int32_t> backward_ops_by_sequence(const trace::Trace& trace, const trace::Links& links);
+
 // An op's tensor inputs (scalars and unknown entries dropped). Shapes are interned: equal
 // shapes are one object, so comparing them is comparing pointers.
 struct OpShapes {

@@ -1,7 +1,7 @@
 // The work an op does, from the shapes the profiler recorded: floating-point operations and the
 // bytes it must move at least (its inputs read once, its output written once). Counted for the
-// ops a training step spends its time in; any other op is unknown (zero). Convolutions are
-// counted at stride 1, as a trace holds no strides: a strided convolution does less.
+// ops a training step spends its time in; any other op is unknown (zero). A convolution's output
+// size, which its inputs do not say (a trace holds no stride), comes from its backward.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -84,7 +84,14 @@ Work product(const Shape& a, const Shape& b, double size, const Shape* bias = nu
 
 }  // namespace
 
-Work op_work(const std::string& op_name, const std::vector<Shape>& inputs, const std::vector<std::string_view>& types) {
+bool convolution_forward(std::string_view op) {
+  if (op.compare(0, 6, "aten::") == 0) op.remove_prefix(6);
+  const auto it = families().find(op);
+  return it != families().end() && it->second == Family::conv;
+}
+
+Work op_work(const std::string& op_name, const std::vector<Shape>& inputs, const std::vector<std::string_view>& types,
+             const Shape* output) {
   std::string_view name = op_name;
   if (name.compare(0, 6, "aten::") == 0) name.remove_prefix(6);
   const auto it = families().find(name);
@@ -112,10 +119,12 @@ Work op_work(const std::string& op_name, const std::vector<Shape>& inputs, const
       const Shape w = {(*tensors[1])[1], (*tensors[1])[0]};
       return product(x, w, size, tensors.size() > 2 ? tensors[2] : nullptr);
     }
-    case Family::conv: {  // x [N, C, H, W…], weight [O, C/groups, kH, kW…]; output at stride 1
+    case Family::conv: {  // x [N, C, H, W…], weight [O, C/groups, kH, kW…]; output [N, O, H', W'…]
       if (tensors.size() < 2 || x.size() < 3 || tensors[1]->size() != x.size()) return {};
       const Shape& w = *tensors[1];
-      const double spatial = numel(Shape(x.begin() + 2, x.end()));
+      const bool sized = output != nullptr && output->size() == x.size() && (*output)[0] == x[0] && (*output)[1] == w[0];
+      const Shape& y = sized ? *output : x;  // else at stride 1, the size of x
+      const double spatial = numel(Shape(y.begin() + 2, y.end()));
       const double per_output = numel(Shape(w.begin() + 1, w.end()));
       const double outputs = static_cast<double>(x[0]) * static_cast<double>(w[0]) * spatial;
       return {2 * outputs * per_output, size * (elements + numel(w) + outputs)};

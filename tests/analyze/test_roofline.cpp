@@ -33,11 +33,36 @@ TEST(Roofline, MatrixProducts) {
   EXPECT_DOUBLE_EQ(work("aten::mm", {{huge, huge}, {huge, huge}}).flops, 2.0 * 1099511627776.0 * 1099511627776.0 * 1099511627776.0);
 }
 
-TEST(Roofline, ConvolutionsAtStrideOne) {
+TEST(Roofline, ConvolutionsAtTheirOutputsSizeElseAtStrideOne) {
   const Work conv = work("aten::convolution", {{2, 3, 8, 8}, {4, 3, 3, 3}, {4}});
   EXPECT_DOUBLE_EQ(conv.flops, 2.0 * (2 * 4 * 8 * 8) * (3 * 3 * 3));
   const Work backward = work("aten::convolution_backward", {{2, 4, 8, 8}, {2, 3, 8, 8}, {4, 3, 3, 3}});
   EXPECT_DOUBLE_EQ(backward.flops, 2 * conv.flops);  // both gradients
+  const std::vector<std::string_view> types(3, "float");
+  const std::vector<int64_t> strided = {2, 4, 4, 4}, another_batch = {3, 4, 4, 4};
+  EXPECT_DOUBLE_EQ(op_work("aten::convolution", {{2, 3, 8, 8}, {4, 3, 3, 3}, {4}}, types, &strided).flops, conv.flops / 4);
+  EXPECT_DOUBLE_EQ(op_work("aten::convolution", {{2, 3, 8, 8}, {4, 3, 3, 3}, {4}}, types, &another_batch).flops, conv.flops);
+  EXPECT_TRUE(convolution_forward("aten::mkldnn_convolution"));
+  EXPECT_FALSE(convolution_forward("aten::convolution_backward"));
+}
+
+// A strided convolution in a trace: its output's size is the gradient its backward received,
+// found by its sequence number from the op it runs inside (mkldnn_convolution in convolution).
+TEST(Roofline, TheOpTableCountsAStridedConvolutionAtItsOutputsSize) {
+  const std::string json = R"([
+    {"ph":"X","cat":"cpu_op","name":"aten::convolution","pid":1,"tid":1,"ts":0,"dur":100,"args":{"Input Dims":[[2,3,8,8],[4,3,3,3]],"Input type":["float","float"],"Sequence number":7}},
+    {"ph":"X","cat":"cpu_op","name":"aten::mkldnn_convolution","pid":1,"tid":1,"ts":1,"dur":90,"args":{"Input Dims":[[2,3,8,8],[4,3,3,3]],"Input type":["float","float"]}},
+    {"ph":"X","cat":"cpu_op","name":"ConvolutionBackward0","pid":1,"tid":1,"ts":200,"dur":100,"args":{"Input Dims":[[2,4,4,4]],"Sequence number":7}},
+    {"ph":"X","cat":"cpu_op","name":"aten::convolution_backward","pid":1,"tid":1,"ts":201,"dur":90,"args":{"Input Dims":[[2,4,4,4],[2,3,8,8],[4,3,3,3]],"Input type":["float","float","float"]}}])";
+  const Analysis a = analyze(trace::parse_trace(json, "t.json"), "t.json", {}, {});
+  const double at_stride_two = 2.0 * (2 * 4 * 4 * 4) * (3 * 3 * 3);
+  int seen = 0;
+  for (const OpStat& op : a.ops)
+    if (op.name == "aten::convolution" || op.name == "aten::mkldnn_convolution") {
+      EXPECT_DOUBLE_EQ(op.flops, at_stride_two) << op.name;
+      ++seen;
+    }
+  EXPECT_EQ(seen, 2);
 }
 
 TEST(Roofline, ElementwiseNormsSoftmaxAttention) {
