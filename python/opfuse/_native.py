@@ -18,15 +18,21 @@ def load(package_path):
 
     try:
         return importlib.import_module("opfuse._C")
-    except ImportError:
-        pass
+    except ImportError as e:
+        # Built here but not loadable (built against another torch, or half rebuilt): say why.
+        if _built_in(_HERE):
+            raise ImportError(f"{_HERE}: opfuse's compiled core (_C) is there but does not load: {e}") from e
     for folder in _candidates():
-        if any(f.startswith("_C.") and f.endswith(".so") for f in _listdir(folder)):
+        if _built_in(folder):
             package_path.append(folder)
             return importlib.import_module("opfuse._C")
     raise ImportError(
         "opfuse's compiled core (_C) is not built: run scripts/build.sh in the source tree, or "
         "install the package with `pip install --no-build-isolation ./python`")
+
+
+def _built_in(folder):
+    return any(f.startswith("_C.") and f.endswith(".so") for f in _listdir(folder))
 
 
 def _listdir(folder):

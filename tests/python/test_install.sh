@@ -32,4 +32,10 @@ x = torch.randn(5, dtype=torch.float64)
 assert torch.allclose(torch.ops.opfuse.silu(x), x * torch.sigmoid(x))
 "
 "$venv/bin/python" -m opfuse tune --help | grep -q "FILE.py:FACTORY"
+# A core that is there but does not load (built against another torch) is named, with the loader's
+# reason, not called unbuilt.
+core="$(ls "$(cat "$tmp/site")"/opfuse/_C.*.so)"
+head -c 4096 /dev/zero > "$core"
+if "$venv/bin/python" -c "import opfuse" > "$tmp/broken.log" 2>&1; then echo "a broken _C imported"; exit 1; fi
+grep -q "opfuse's compiled core (_C) is there but does not load: .*invalid ELF header" "$tmp/broken.log" || { cat "$tmp/broken.log"; exit 1; }
 echo "install ok"
