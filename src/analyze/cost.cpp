@@ -82,7 +82,7 @@ double CostModel::measured_time(const Match& mt, const std::vector<int32_t>& ops
 }
 
 // Whether the chain ran on channels-last activations: the first of its ops (for an autograd node,
-// of the ops it ran) whose recorded strides show a 4-d input of several channels and pixels tells
+// of the ops it ran) whose recorded strides show a 4-d input of one layout only (layout_4d) tells
 // (1 channels-last, 0 not; −1 none does). Its ops are timed in that layout, which changes what
 // they take.
 int CostModel::channels_last(const std::vector<int32_t>& ops, int depth) const {
@@ -91,10 +91,9 @@ int CostModel::channels_last(const std::vector<int32_t>& ops, int depth) const {
     if (ev.strides != 0) {
       const auto sizes = parse_dims(index.trace.strings[ev.dims]);
       const auto strides = parse_dims(index.trace.strings[ev.strides]);
-      for (size_t k = 0; k < sizes.size() && k < strides.size(); ++k) {
-        const std::vector<int64_t>&s = sizes[k], &t = strides[k];
-        if (s.size() == 4 && t.size() == 4 && s[1] > 1 && s[2] * s[3] > 1) return t[1] == 1 && t[3] == s[1] ? 1 : 0;
-      }
+      for (size_t k = 0; k < sizes.size() && k < strides.size(); ++k)
+        if (const Layout4d layout = layout_4d(sizes[k], strides[k]); sizes[k].size() == 4 && layout != Layout4d::either)
+          return layout == Layout4d::channels_last ? 1 : 0;
     }
     if (depth < 2 && index.links.child_count(e) > 0) {
       const int32_t* first = index.links.children_of(e);

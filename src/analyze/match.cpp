@@ -135,22 +135,12 @@ class RuleMatcher {
     const auto strides = parse_dims(index.trace.strings[ev.strides]);
     bool decided = false;
     for (size_t k = 0; k < sizes.size() && k < strides.size(); ++k) {
-      const std::vector<int64_t>& s = sizes[k];
-      if (s.size() != 4) continue;
-      if (!row_major(s, strides[k])) return false;
-      decided |= s[1] > 1 && (s[2] > 1 || s[3] > 1);
+      if (sizes[k].size() != 4) continue;
+      const Layout4d layout = layout_4d(sizes[k], strides[k]);
+      if (layout == Layout4d::channels_last || layout == Layout4d::other) return false;
+      decided |= layout == Layout4d::nchw;
     }
     return decided;
-  }
-
-  static bool row_major(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
-    if (strides.size() != sizes.size()) return false;
-    int64_t expected = 1;
-    for (size_t d = sizes.size(); d-- > 0;) {
-      if (sizes[d] != 1 && strides[d] != expected) return false;  // a dimension of one may have any stride
-      if (sizes[d] < 0 || __builtin_mul_overflow(expected, sizes[d], &expected)) return false;  // unknown or absurd
-    }
-    return true;
   }
 
   // Whether one of the op's children is one of these ops (named as patterns name them, "aten::" dropped).

@@ -2,6 +2,7 @@
 #include "analyze/op_index.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <unordered_set>
 
@@ -244,6 +245,29 @@ std::vector<std::vector<int64_t>> parse_dims(const std::string& dims) {
   }
   flush();
   return out;
+}
+
+namespace {
+
+// Whether strides walk these sizes densely, the dimensions `order` lists innermost last.
+bool dense_in_order(const Shape& sizes, const Shape& strides, const std::array<int, 4>& order) {
+  int64_t expected = 1;
+  for (size_t k = order.size(); k-- > 0;) {
+    const int d = order[k];
+    if (sizes[d] != 1 && strides[d] != expected) return false;
+    if (sizes[d] < 0 || __builtin_mul_overflow(expected, sizes[d], &expected)) return false;  // unknown or absurd
+  }
+  return true;
+}
+
+}  // namespace
+
+Layout4d layout_4d(const Shape& sizes, const Shape& strides) {
+  if (sizes.size() != 4 || strides.size() != 4) return Layout4d::other;
+  const bool nchw = dense_in_order(sizes, strides, {0, 1, 2, 3});
+  const bool channels_last = dense_in_order(sizes, strides, {0, 2, 3, 1});
+  if (nchw && channels_last) return Layout4d::either;
+  return nchw ? Layout4d::nchw : channels_last ? Layout4d::channels_last : Layout4d::other;
 }
 
 std::map<int64_t, int32_t> backward_ops_by_sequence(const trace::Trace& trace, const trace::Links& links) {

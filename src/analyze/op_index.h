@@ -54,6 +54,12 @@ class StartsByThread {
 std::vector<double> profiled_cost_inside(const trace::Trace& trace, const trace::Links& links, double each,
                                          const StartsByThread& allocations);
 
+// The layout a 4-d tensor's recorded strides give it: torch's default NCHW, channels-last,
+// `either` where its sizes make the two one (one channel, or one pixel), `other` for any else
+// (a view). A dimension of one may have any stride.
+enum class Layout4d { nchw, channels_last, either, other };
+Layout4d layout_4d(const Shape& sizes, const Shape& strides);
+
 // The autograd node (ConvolutionBackward0 …) of each sequence number. Ops that make no node (a
 // pad before a convolution) share the number of the op that does, so the trace's own forward
 // link may name another op: a forward op's node is the one of its number.
