@@ -45,8 +45,9 @@ struct OpArgs {
   InputShapes shapes;
   at::ScalarType dtype = at::kFloat;  // of the floating-point inputs
   double dropout_p = 0;               // attention's
-  // The layout of 4-d activations: channels-last where the trace recorded them so.
-  at::MemoryFormat memory_format = at::MemoryFormat::Contiguous;
+  // The activations' dimensions in memory, outermost first, as a trace recorded them ({0, 2, 3, 1}:
+  // channels-last); empty: torch's default. For the tensors of its rank.
+  std::vector<int64_t> dim_order;
 };
 
 struct OpSpec {

@@ -7,6 +7,16 @@
 #include <algorithm>
 
 namespace opfuse::analyze {
+namespace {
+
+// The timer's suffix for an order: none for torch's default.
+std::string order_suffix(const Shape& order) {
+  for (size_t d = 0; d < order.size(); ++d)
+    if (order[d] != static_cast<int64_t>(d)) return fmt::format("+order={}", fmt::join(order, ","));
+  return "";
+}
+
+}  // namespace
 
 // A cost summed over what a match replaces: the wrapper op goes away with its chain.
 template <class Cost>
@@ -67,7 +77,7 @@ double CostModel::measured_time(const Match& mt, const std::vector<int32_t>& ops
   for (int32_t e : ops) add_shapes(e, distinct);
   if (distinct.empty()) return -1;
   const std::string& op = mt.pattern->measure;
-  const std::string layout = channels_last(ops) == 1 ? "+channels_last" : "";
+  const std::string layout = order_suffix(dim_order(ops, distinct[0]->size()));
   const double fused = measure(op + layout, distinct);
   if (fused < 0) return -1;
   if (const double chain = mt.pattern->runs_as == "none" ? -1 : measure(op + "@" + mt.pattern->runs_as + layout, distinct);
@@ -81,27 +91,29 @@ double CostModel::measured_time(const Match& mt, const std::vector<int32_t>& ops
   return fused * static_cast<double>(std::max<std::ptrdiff_t>(1, calls));
 }
 
-// Whether the chain ran on channels-last activations: the first of its ops (for an autograd node,
-// of the ops it ran) whose recorded strides show a 4-d input of one layout only (layout_4d) tells
-// (1 channels-last, 0 not; −1 none does). Its ops are timed in that layout, which changes what
-// they take.
-int CostModel::channels_last(const std::vector<int32_t>& ops, int depth) const {
+// The order in memory of the chain's main activations, as recorded: that of the first input of
+// distinct[0]'s rank whose strides decide one (dense_order), in the chain's ops or, for an
+// autograd node, the ops it ran; empty where none does. The timer makes its activations so
+// (channels-last, attention's heads transposed out of [B, T, H, D]), which changes what they take:
+// the composite copies a transposed q and k before its matrix products, the fused op reads them
+// where they lie.
+Shape CostModel::dim_order(const std::vector<int32_t>& ops, size_t rank, int depth) const {
   for (int32_t e : ops) {
     const trace::Event& ev = index.trace.events[e];
     if (ev.strides != 0) {
       const auto sizes = parse_dims(index.trace.strings[ev.dims]);
       const auto strides = parse_dims(index.trace.strings[ev.strides]);
       for (size_t k = 0; k < sizes.size() && k < strides.size(); ++k)
-        if (const Layout4d layout = layout_4d(sizes[k], strides[k]); sizes[k].size() == 4 && layout != Layout4d::either)
-          return layout == Layout4d::channels_last ? 1 : 0;
+        if (sizes[k].size() == rank)
+          if (Shape order = dense_order(sizes[k], strides[k]); !order.empty()) return order;
     }
     if (depth < 2 && index.links.child_count(e) > 0) {
       const int32_t* first = index.links.children_of(e);
-      if (const int inside = channels_last({first, first + index.links.child_count(e)}, depth + 1); inside >= 0)
+      if (Shape inside = dim_order({first, first + index.links.child_count(e)}, rank, depth + 1); !inside.empty())
         return inside;
     }
   }
-  return -1;
+  return {};
 }
 
 // An op's input shapes; for an autograd node, which records none, those of the ops it ran

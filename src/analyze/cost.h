@@ -36,7 +36,7 @@ class CostModel {
   int64_t covered_ops(const Match& mt) const;
   double fused_time(const Match& mt, std::string& how);
   double measured_time(const Match& mt, const std::vector<int32_t>& ops, std::string& how);
-  int channels_last(const std::vector<int32_t>& ops, int depth = 0) const;
+  Shape dim_order(const std::vector<int32_t>& ops, size_t rank, int depth = 0) const;
   void add_shapes(int32_t e, std::vector<const Shape*>& distinct, int depth = 0);
   double product_time(int32_t e) const;
   double others_fused_time(const Match& mt, const std::vector<int32_t>& ops, bool products, double products_time,

@@ -2,7 +2,6 @@
 #include "analyze/op_index.h"
 
 #include <algorithm>
-#include <array>
 #include <map>
 #include <unordered_set>
 
@@ -250,10 +249,10 @@ std::vector<std::vector<int64_t>> parse_dims(const std::string& dims) {
 namespace {
 
 // Whether strides walk these sizes densely, the dimensions `order` lists innermost last.
-bool dense_in_order(const Shape& sizes, const Shape& strides, const std::array<int, 4>& order) {
+bool dense_in_order(const Shape& sizes, const Shape& strides, const Shape& order) {
   int64_t expected = 1;
   for (size_t k = order.size(); k-- > 0;) {
-    const int d = order[k];
+    const int64_t d = order[k];
     if (sizes[d] != 1 && strides[d] != expected) return false;
     if (sizes[d] < 0 || __builtin_mul_overflow(expected, sizes[d], &expected)) return false;  // unknown or absurd
   }
@@ -268,6 +267,18 @@ Layout4d layout_4d(const Shape& sizes, const Shape& strides) {
   const bool channels_last = dense_in_order(sizes, strides, {0, 2, 3, 1});
   if (nchw && channels_last) return Layout4d::either;
   return nchw ? Layout4d::nchw : channels_last ? Layout4d::channels_last : Layout4d::other;
+}
+
+Shape dense_order(const Shape& sizes, const Shape& strides) {
+  if (sizes.size() < 2 || strides.size() != sizes.size()) return {};
+  Shape order, ones;
+  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) (sizes[d] == 1 ? ones : order).push_back(d);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  // A dimension of one fits anywhere: in the default order the others leave no telling it from a
+  // permutation that moves it (NCHW against channels-last for [N, C, 1, 1]).
+  if (!ones.empty() && std::is_sorted(order.begin(), order.end())) return {};
+  for (int64_t d : ones) order.insert(std::find_if(order.begin(), order.end(), [d](int64_t o) { return o > d; }), d);
+  return dense_in_order(sizes, strides, order) ? order : Shape{};
 }
 
 std::map<int64_t, int32_t> backward_ops_by_sequence(const trace::Trace& trace, const trace::Links& links) {

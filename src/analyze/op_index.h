@@ -60,6 +60,11 @@ std::vector<double> profiled_cost_inside(const trace::Trace& trace, const trace:
 enum class Layout4d { nchw, channels_last, either, other };
 Layout4d layout_4d(const Shape& sizes, const Shape& strides);
 
+// The dimensions of a dense tensor by its recorded strides, outermost first ({0, 2, 3, 1} for
+// channels-last, {0, 2, 1, 3} for attention's heads transposed out of [B, T, H, D]); empty for a
+// view that is not dense and where dimensions of one leave the order open.
+Shape dense_order(const Shape& sizes, const Shape& strides);
+
 // The autograd node (ConvolutionBackward0 …) of each sequence number. Ops that make no node (a
 // pad before a convolution) share the number of the op that does, so the trace's own forward
 // link may name another op: a forward op's node is the one of its number.

@@ -76,17 +76,30 @@ double time_convolution(const std::string& kind, const std::string& format, cons
   return -1;
 }
 
-// `name` is "<op>[_backward][@variant][+channels_last]": the OpSpec's variant (reference, aten,
-// opfuse: the default), or a convolution's memory format; its 4-d activations channels-last.
+// A permutation of 0 … n-1 ("0,2,3,1"), else empty.
+std::vector<int64_t> permutation(const std::string& text) {
+  const auto parsed = analyze::parse_dims(text);
+  if (parsed.size() != 1) return {};
+  std::vector<int64_t> sorted = parsed[0];
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t k = 0; k < sorted.size(); ++k)
+    if (sorted[k] != static_cast<int64_t>(k)) return {};
+  return parsed[0];
+}
+
+// `name` is "<op>[_backward][@variant][+order=<dims>]": the OpSpec's variant (reference, aten,
+// opfuse: the default), or a convolution's memory format; its activations' dimensions in memory,
+// outermost first ("+order=0,2,3,1": channels-last).
 double time_uncached(const std::string& full_name, const std::string& dims) {
-  static const std::string kChannelsLast = "+channels_last";
-  const bool channels_last = full_name.size() > kChannelsLast.size() &&
-                             full_name.compare(full_name.size() - kChannelsLast.size(), std::string::npos, kChannelsLast) == 0;
-  const std::string name = full_name.substr(0, full_name.size() - (channels_last ? kChannelsLast.size() : 0));
+  static const std::string kOrder = "+order=";
+  const size_t plus = full_name.find(kOrder);
+  const std::string name = full_name.substr(0, plus);
+  std::vector<int64_t> order;
+  if (plus != std::string::npos && (order = permutation(full_name.substr(plus + kOrder.size()))).empty()) return -1;
   const size_t at_sign = name.find('@');
   const std::string op = name.substr(0, at_sign);
   const std::string variant = at_sign == std::string::npos ? "opfuse" : name.substr(at_sign + 1);
-  if (op == "conv2d" || op == "conv2d_backward") return channels_last ? -1 : time_convolution(op, variant, dims);
+  if (op == "conv2d" || op == "conv2d_backward") return order.empty() ? time_convolution(op, variant, dims) : -1;
   // "<op>_backward" times the op's backward: the gradient of one forward, retained.
   static const std::string kBackward = "_backward";
   const size_t stem = op.size() - std::min(op.size(), kBackward.size());
@@ -94,7 +107,7 @@ double time_uncached(const std::string& full_name, const std::string& dims) {
   const OpSpec* spec = find_op_spec(backward ? op.substr(0, stem) : op);
   OpArgs args;
   args.shapes = analyze::parse_dims(dims);
-  if (channels_last) args.memory_format = at::MemoryFormat::ChannelsLast;
+  args.dim_order = order;
   if (spec == nullptr || !sizable(args.shapes)) return -1;
   OpCase c;
   try {

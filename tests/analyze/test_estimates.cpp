@@ -183,6 +183,28 @@ TEST(Measured, ARuleCountsTheFusedOpsCallsInAMatch) {
                std::invalid_argument);
 }
 
+// An optimizer step with `measure:` (the default rules' SGD): its per-parameter ops scaled by
+// the fused step against the per-tensor loop, both timed at the parameters' shapes; the step's
+// own code (Python's loop over the groups) is left out, as without the timer.
+TEST(Measured, AnOptimizerStepIsScaledByTheFusedStepOverThePerTensorLoop) {
+  std::string ev = event("user_annotation", {"Optimizer.step#SGD.step", 0, 200, "", ""});
+  double ts = 1;
+  for (const char* name : {"aten::add", "aten::mul_", "aten::add_", "aten::add_"}) {
+    ev += "," + event("cpu_op", {name, ts, 30, xy, ""});
+    ts += 31;
+  }
+  std::vector<std::string> asked;
+  Options o;
+  o.measure = [&](const std::string& op, const std::string& dims) {
+    asked.push_back(op + " " + dims);
+    return op == "sgd" ? 2.0 : op == "sgd@reference" ? 8.0 : -1;
+  };
+  const Analysis a = analyze(trace::parse_trace("[" + ev + "]", "t.json"), "t.json", default_rules(), o);
+  EXPECT_EQ(asked, (std::vector<std::string>{"sgd 64,64", "sgd@reference 64,64"}));
+  EXPECT_DOUBLE_EQ(finding(a, "fused_sgd").est_saving_us, 120 - 120 * 2.0 / 8);
+  EXPECT_EQ(finding(a, "fused_sgd").estimate, "opfuse::sgd timed against reference");
+}
+
 // A layout change is estimated from its convolutions timed in both layouts: each recorded
 // forward and backward scaled by the ratio, the stride and padding read from the sizes, the
 // backward found by its sequence number (which the pad before the convolution shares).

@@ -158,14 +158,20 @@ TEST(OpSpecs, EveryOpMatchesItsCompositeInFloat32AndBfloat16) {
     }
 }
 
-// A trace's channels-last activations are timed channels-last (analyze's estimates): the case's
-// 4-d inputs take the layout asked, and the opfuse op still agrees with its reference in float64.
-TEST(OpSpecs, ARecordedChannelsLastLayoutReachesTheActivations) {
+// A trace's recorded layout is timed as recorded (analyze's estimates): channels-last
+// activations, attention's heads transposed out of [B, T, H, D]. The case's activations and the
+// gradient take the order asked, and the opfuse op still agrees with its reference in float64.
+TEST(OpSpecs, ARecordedLayoutReachesTheActivations) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  for (const char* name : {"silu", "batch_norm_silu", "se_gate", "drop_connect_add"}) {
+  const std::vector<int64_t> channels_last{0, 2, 3, 1}, heads_transposed{0, 2, 1, 3};
+  for (const auto& [name, order] : {std::pair<const char*, std::vector<int64_t>>{"silu", channels_last},
+                                    {"batch_norm_silu", channels_last},
+                                    {"se_gate", channels_last},
+                                    {"drop_connect_add", channels_last},
+                                    {"attention", heads_transposed}}) {
     OpArgs args{{{2, 8, 5, 3}}, at::kDouble};
-    args.memory_format = at::MemoryFormat::ChannelsLast;
+    args.dim_order = order;
     const OpSpec* spec = find_op_spec(name);
     ASSERT_NE(spec, nullptr) << name;
     const auto made = [&] {
@@ -173,8 +179,10 @@ TEST(OpSpecs, ARecordedChannelsLastLayoutReachesTheActivations) {
       return spec->make(args);
     };
     const OpCase ref_case = made(), fused_case = made();
-    EXPECT_TRUE(ref_case.leaves[0].is_contiguous(at::MemoryFormat::ChannelsLast) && !ref_case.leaves[0].is_contiguous()) << name;
-    EXPECT_TRUE(ref_case.grad_output.is_contiguous(at::MemoryFormat::ChannelsLast)) << name;
+    for (const at::Tensor& t : {ref_case.leaves[0], ref_case.grad_output}) {
+      EXPECT_FALSE(t.is_contiguous()) << name;
+      EXPECT_TRUE(t.permute(order).is_contiguous()) << name << " " << t.strides();
+    }
     const auto ref = run(ref_case, kReference, seed + 1), actual = run(fused_case, kOpfuse, seed + 1);
     for (size_t i = 0; i < ref.size(); ++i)
       expect_close(actual[i], ref[i], scaled_tolerance(ref[i], 1e-10), std::string(name) + " item " + std::to_string(i));

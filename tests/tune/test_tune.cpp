@@ -39,16 +39,19 @@ const analyze::Rule& rule(const std::vector<analyze::Rule>& rules, const std::st
 }
 
 // What analyze's estimates time: an op's variants (the opfuse op by default; its reference and
-// torch's op for the chain it replaces), forward and backward, on NCHW or channels-last
-// activations, and a convolution in a layout; anything else it cannot time.
+// torch's op for the chain it replaces), forward and backward, on activations in torch's default
+// layout or in the order a trace recorded, and a convolution in a layout; anything else it
+// cannot time.
 TEST(FusedOpTimer, TimesEachVariantAndLayoutItIsAskedFor) {
   for (const char* op : {"silu", "silu@reference", "silu@aten", "silu_backward@aten", "batch_norm_silu_backward@reference",
-                         "batch_norm_silu_backward@aten+channels_last"})
+                         "batch_norm_silu_backward@aten+order=0,2,3,1", "attention_backward@reference+order=0,2,1,3"})
     EXPECT_GT(bench::time_fused_op(op, "4,8,6,6"), 0) << op;
   const std::string conv = "2,8,9,9;8,1,3,3;2,8,9,9;1,1;1,1;8";
   EXPECT_GT(bench::time_fused_op("conv2d_backward@channels_last", conv), 0);
-  for (const char* op : {"silu@eager", "nosuch@reference", "conv2d@sideways", "conv2d@contiguous+channels_last"})
+  for (const char* op : {"silu@eager", "nosuch@reference", "conv2d@sideways", "conv2d@contiguous+order=0,2,3,1"})
     EXPECT_EQ(bench::time_fused_op(op, op[0] == 'c' ? conv : "4,8"), -1) << op;
+  for (const char* order : {"0,2,3", "0,1,1,3", "0,2,3,4", "x"})  // not a permutation of the 4 dimensions
+    EXPECT_EQ(bench::time_fused_op(std::string("silu+order=") + order, "4,8,6,6"), -1) << order;
 }
 
 TEST(Decide, KeepsOnlyWhatTheIntervalSupports) {

@@ -1,5 +1,6 @@
 // attention: minGPT's causal self-attention on [B, H, T, D] heads, the mask a registered tril
 // buffer sliced to T, attention dropout on the probabilities.
+#include <algorithm>
 #include <cmath>
 
 #include "opfuse/ops.h"
@@ -8,18 +9,34 @@
 namespace opfuse::specs {
 namespace {
 
+// q's [B, H, T, D] among a chain's recorded shapes, which hold the scores [B, H, T, T] too (and
+// list them first, being larger), and the 3-d views of both a 4-d matmul makes: the first 4-d
+// shape beside whose scores they are, else the first 4-d shape.
+const std::vector<int64_t>& heads_shape(const InputShapes& shapes) {
+  const std::vector<int64_t>* first = nullptr;
+  for (const auto& s : shapes) {
+    if (s.size() != 4) continue;
+    if (first == nullptr) first = &s;
+    if (s[3] != s[2] && std::find(shapes.begin(), shapes.end(), std::vector<int64_t>{s[0], s[1], s[2], s[2]}) != shapes.end())
+      return s;
+  }
+  if (first == nullptr) throw std::invalid_argument("attention: no 4-d q [B, H, T, D] among the shapes");
+  return *first;
+}
+
 OpCase attention_case(const OpArgs& a) {
-  expect_shapes(a.shapes, 1, 4, 4, "attention");
   const double p = a.dropout_p;
   if (p < 0 || p >= 1) throw std::invalid_argument("--dropout must be in [0, 1)");
-  const auto& shape = a.shapes[0];
+  const auto& shape = heads_shape(a.shapes);
   const int64_t T = shape[2];
   const double scale = 1 / std::sqrt(double(shape[3]));
-  const at::Tensor q = leaf(randn(shape, a.dtype)), k = leaf(randn(shape, a.dtype)), v = leaf(randn(shape, a.dtype));
+  // As the trace recorded them (OpArgs::dim_order): a model's q, k and v are often views of
+  // [B, T, H, D], and its gradient arrives so.
+  const at::Tensor q = leaf(randn(shape, a)), k = leaf(randn(shape, a)), v = leaf(randn(shape, a));
   const at::Tensor bias = torch::ones({T, T}, a.dtype).tril().view({1, 1, T, T});
   OpCase c;
   c.leaves = {q, k, v};
-  c.grad_output = randn(shape, a.dtype);
+  c.grad_output = randn(shape, a);
   c.variants = {
       {"reference", "softmax((q @ kᵀ * scale).masked_fill(bias[:T, :T] == 0, -inf)) → dropout → @ v (minGPT)",
        [=] {

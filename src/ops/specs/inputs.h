@@ -16,10 +16,16 @@ namespace opfuse::specs {
 // float case draws what torch::randn draws.
 inline at::Tensor randn(at::IntArrayRef shape, at::ScalarType dtype) { return torch::randn(shape).to(dtype); }
 
-// An activation of the case: as above, 4-d in the layout the arguments ask (a recorded model's).
+// An activation of the case: as above, laid out in the arguments' dimension order (a recorded
+// model's) where it has the order's rank.
 inline at::Tensor randn(at::IntArrayRef shape, const OpArgs& a) {
-  const at::Tensor t = randn(shape, a.dtype);
-  return shape.size() == 4 ? t.contiguous(a.memory_format) : t;
+  if (a.dim_order.size() != shape.size()) return randn(shape, a.dtype);
+  std::vector<int64_t> in_memory, back(shape.size());
+  for (size_t k = 0; k < a.dim_order.size(); ++k) {
+    in_memory.push_back(shape[a.dim_order[k]]);
+    back[a.dim_order[k]] = static_cast<int64_t>(k);
+  }
+  return randn(in_memory, a.dtype).permute(back);
 }
 
 inline at::Tensor leaf(const at::Tensor& t) { return t.detach().requires_grad_(); }
