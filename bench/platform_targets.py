@@ -58,7 +58,9 @@ def main(argv=None):
         if args.only and args.only.lower() not in name.lower():
             continue
         out = tempfile.mkdtemp(prefix="opfuse-targets-")
-        r = opfuse.tune(model, inputs, loss, optimizer, rounds=args.rounds, compare_compile=True, quiet=True, out=out)
+        # up to tune's 20 rounds while a gain is unclear, or exactly --rounds where that is more
+        r = opfuse.tune(model, inputs, loss, optimizer, rounds=args.rounds, max_rounds=max(args.rounds, 20),
+                        compare_compile=True, quiet=True, out=out)
         print(f"\n## {name}\n{r.text}\nkept: {[x.rule for x in r.replacements if x.kept]}; folder {out}")
         compiled = r.to_json()["compile"]
         by_variant = {v["variant"]: v for v in compiled["variants"]}
