@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <exception>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
@@ -96,8 +97,7 @@ struct OpWork {
   const Trace& t;
   const Links& links;
   std::unordered_map<Key, Work, Hash> known;
-  std::map<int64_t, int32_t> nodes;  // the backward ops by sequence number, made at the first convolution
-  bool nodes_made = false;
+  std::optional<std::map<int64_t, int32_t>> nodes;  // the backward ops by sequence number, made at the first convolution
 
   Work of(int32_t i) {
     const trace::Event& e = t.events[i];
@@ -116,11 +116,11 @@ struct OpWork {
   // input), the backward found by the sequence number of the convolution or of the op it runs inside
   // (mkldnn_convolution inside convolution); the dims' string id, or 0.
   uint32_t output_dims(int32_t i) {
-    if (!nodes_made) nodes = backward_ops_by_sequence(t, links), nodes_made = true;
+    if (!nodes) nodes = backward_ops_by_sequence(t, links);
     for (int32_t e = i; e >= 0; e = links.op_parent[e]) {
       if (t.events[e].sequence_nr < 0) continue;
-      const auto node = nodes.find(t.events[e].sequence_nr);
-      return node == nodes.end() ? 0 : backward_dims(node->second, 0);
+      const auto node = nodes->find(t.events[e].sequence_nr);
+      return node == nodes->end() ? 0 : backward_dims(node->second, 0);
     }
     return 0;
   }
@@ -137,7 +137,7 @@ struct OpWork {
 
 // Per op name: count, inclusive and self time, the device time of what it launched, its work.
 std::vector<OpStat> op_table(const Trace& t, const Links& m) {
-  OpWork work{t, m, {}};
+  OpWork work{t, m, {}, {}};
   const size_t n = t.events.size();
   std::vector<double> self(n), device(m.device_lanes.empty() ? 0 : n, 0);
   for (size_t i = 0; i < n; ++i) self[i] = t.events[i].dur;

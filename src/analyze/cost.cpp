@@ -218,9 +218,9 @@ double CostModel::timed(const std::string& op, const std::string& dims) {
 
 // The autograd node (ConvolutionBackward0) that differentiates a forward op, or −1.
 int32_t CostModel::backward_of(int32_t e) {
-  if (backward_by_sequence_.empty()) backward_by_sequence_ = backward_ops_by_sequence(index.trace, index.links);
-  const auto it = backward_by_sequence_.find(index.trace.events[e].sequence_nr);
-  return it == backward_by_sequence_.end() ? -1 : it->second;
+  if (!backward_by_sequence_) backward_by_sequence_ = backward_ops_by_sequence(index.trace, index.links);
+  const auto it = backward_by_sequence_->find(index.trace.events[e].sequence_nr);
+  return it == backward_by_sequence_->end() ? -1 : it->second;
 }
 
 namespace {

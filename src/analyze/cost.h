@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,7 +53,8 @@ class CostModel {
   Measure measure_;
   std::map<std::pair<std::string, std::string>, double> measured;
   std::vector<int32_t> children;  // scratch: an optimizer step's ops
-  std::map<int64_t, int32_t> backward_by_sequence_;  // the backward ops by sequence number (made on first use)
+  // The backward ops by sequence number, made on first use (once, even where a trace has none).
+  std::optional<std::map<int64_t, int32_t>> backward_by_sequence_;
 };
 
 }  // namespace opfuse::analyze
