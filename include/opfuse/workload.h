@@ -66,6 +66,10 @@ class Workload {
   // Called around profiled steps with the recorder profiling them, then with nullptr: a Python
   // model opens a scope per module in it only then.
   virtual void set_profiling(profile::Recorder* /*recorder*/) {}
+  // Called with true before its steps are timed against other variants, with false after: a
+  // Python model tuned for torch.compile runs its timed steps compiled, while its profiled steps
+  // (whose ops the rules read) and its probes stay eager.
+  virtual void set_measuring(bool /*on*/) {}
   // Bytes held on the CPU between steps by what ("parameters", "optimizer state", "inputs"),
   // written with a profile (see profile::held_memory); empty when not known.
   virtual std::map<std::string, int64_t> held_memory() { return {}; }

@@ -8,6 +8,7 @@ already have, with your inputs, loss and optimizer.
 The loop, the analysis and the profiler are opfuse's C++ core (opfuse._C), the same code the
 `opfuse` command runs.
 """
+import contextlib
 import json
 import os
 import sys
@@ -184,7 +185,8 @@ def environment():
 
 def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules=False, out=None, force=False,
          min_gain=0.02, steps=3, rounds=5, max_rounds=20, keep_inconclusive=False, warmup=2, profile_steps=2, seed=0,
-         threads=0, measure_ops=True, quiet=False, group=None, compare_compile=False, profiler="opfuse"):
+         threads=0, measure_ops=True, quiet=False, group=None, compare_compile=False, for_compile=False,
+         profiler="opfuse"):
     """Profiles training steps of `model`, finds the chains the rules name, replaces each on a copy
     with a fused op, verifies outputs and every gradient (float64 and float32), measures baseline
     and rewrites alternating in paired rounds, and keeps what verified and whose gain's 95%
@@ -208,6 +210,9 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
     compare_compile: also measure the baseline and the tuned model under torch.compile, all four in
                the same paired rounds, with each compiled variant's time to be ready (report.json's
                "compile", and a table in the text)
+    for_compile: for a model that will train under torch.compile: every variant's timed steps run
+               compiled (profiles and verification stay eager), so a rewrite is kept only where it
+               pays under compile; refused at once where compile cannot take the model
     profiler:  what records the profiles: "opfuse" (its own, compact) or "torch" (torch.profiler)
     """
     recorder = _recorder(profiler)
@@ -242,11 +247,15 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
     options = dict(out_dir=folder, steps=steps, rounds=rounds, max_rounds=max_rounds, warmup=warmup,
                    profile_steps=profile_steps, min_gain=min_gain, keep_inconclusive=keep_inconclusive, seed=seed,
                    threads=threads, measure_ops=measure_ops, recorder=recorder)
-    if compare_compile and ranks is not None:
-        raise ValueError("compare_compile measures one process; run it without torch.distributed")
+    if (compare_compile or for_compile) and ranks is not None:
+        raise ValueError("compare_compile and for_compile measure one process; run them without torch.distributed")
+    if for_compile:
+        compile_peer.check_compiles(pristine)
+        pristine.compiled = True
     started = time.perf_counter()
     try:
-        got = _C.tune(pristine, rule_list, options, report.stage, report.progress)
+        with compile_peer.recompiles_allowed() if for_compile else contextlib.nullcontext():
+            got = _C.tune(pristine, rule_list, options, report.stage, report.progress)
     except distributed.RankFailed:
         raise
     except RuntimeError as e:
@@ -256,7 +265,11 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
     tune_seconds = time.perf_counter() - started
     data = json.loads(got["json"])
     data["where"] = "python"
+    data["measured_under"] = "torch.compile" if for_compile else "eager"
     peer_text = ""
+    pristine.compiled = False  # from here on "eager" means eager; compare compiles its own copies
+    if got["tuned"] is not None:
+        got["tuned"].compiled = False
     if compare_compile:
         report.stage("measuring eager, opfuse, torch.compile and opfuse + torch.compile together")
         data["compile"], peer_text = compile_peer.compare(_C, pristine, got["tuned"], steps, rounds, warmup,
@@ -272,7 +285,8 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
         _write(os.path.join(folder, "report.html"), got["html"])
     if ddp_settings is not None:
         tuned_model = ranks.wrap(tuned_model, ddp_settings)
-    text = got["analysis_text"] + got["text"] + ("\n" + peer_text if peer_text else "")
+    under = "every variant's timed steps ran under torch.compile (for_compile)\n" if for_compile else ""
+    text = got["analysis_text"] + under + got["text"] + ("\n" + peer_text if peer_text else "")
     result = TuneResult(data, tuned_model, text, pristine.not_traced, tuned_optimizer)
     result.out = folder
     if not quiet:

@@ -49,6 +49,8 @@ def main(argv=None):
     t.add_argument("--json", help="also write report.json's content to FILE")
     t.add_argument("--compare-compile", action="store_true",
                    help="also measure the baseline and the tuned model under torch.compile, in the same rounds")
+    t.add_argument("--for-compile", action="store_true",
+                   help="time every variant under torch.compile: keep what pays for a model trained compiled")
     t.add_argument("--nproc", type=int, default=1,
                    help="ranks on this machine, started by torch's launcher (torch.distributed.run), Gloo between them")
     t.add_argument("--timeout", type=float, default=600,
@@ -79,6 +81,7 @@ def main(argv=None):
                              min_gain=args.min_gain, steps=args.steps, rounds=args.rounds,
                              max_rounds=args.max_rounds, keep_inconclusive=args.keep_inconclusive, warmup=args.warmup,
                              profile_steps=args.profile_steps, compare_compile=args.compare_compile,
+                             for_compile=args.for_compile,
                              profiler=args.profiler)
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"opfuse: {e}", file=sys.stderr)

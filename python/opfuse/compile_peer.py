@@ -28,6 +28,22 @@ def _compiled(workload, warmup):
     return twin, time.perf_counter() - start, None
 
 
+def check_compiles(workload):
+    """Raises ValueError with compile's reason where torch.compile cannot train the workload's
+    model (one step of a copy), before a tune for compile starts its long work."""
+    _, _, error = _compiled(workload, 1)
+    if error is not None:
+        raise ValueError(f"for_compile: torch.compile cannot train this model: {error}")
+
+
+def recompiles_allowed():
+    """Dynamo's limit on compiles of one function raised for the length of a tune: each variant
+    is another module object, and past the limit (8) dynamo would quietly run the rest eager."""
+    import torch._dynamo.config as config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    return config.patch(**{name: 256})
+
+
 def _peak_memory(native, workload):
     """The CPU memory peak (bytes) of one more step of the workload, from opfuse's profile of it
     (with what the model held before), as analyze reads it; None when none was recorded."""

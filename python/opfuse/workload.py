@@ -101,7 +101,7 @@ def make(native):
         ddp_settings for the DistributedDataParallel each step runs through; None alone."""
 
         def __init__(self, model, inputs, loss_fn, optimizer, rules, calls=None, applied=(), not_traced=None,
-                     ranks=None, ddp_settings=None, samples=None):
+                     ranks=None, ddp_settings=None, samples=None, compiled=False):
             native.Workload.__init__(self)
             self.model, self.inputs, self.loss_fn = model, tuple(inputs), loss_fn
             self.optimizer_factory = optimizer or default_optimizer
@@ -114,6 +114,9 @@ def make(native):
             self._hooks = []
             self.group, self.ddp_settings, self._ddp = ranks, ddp_settings, None
             self.samples = samples if samples is not None else self._local_samples()
+            # compiled: its timed steps run under torch.compile (set_measuring), compiled once
+            # per state of the model
+            self.compiled, self._measuring, self._compiled_model = compiled, False, None
 
         def name(self):
             return type(self.model).__name__
@@ -167,7 +170,7 @@ def make(native):
         def clone(self):
             return PythonWorkload(rewrite.copy_model(self.model), self.inputs, self.loss_fn, self.optimizer_factory,
                                   self.rules, self.calls, self.applied, self.not_traced, self.group,
-                                  self.ddp_settings, self.samples)
+                                  self.ddp_settings, self.samples, self.compiled)
 
         def rank(self):
             return self.group.rank if self.group else 0
@@ -187,8 +190,19 @@ def make(native):
                 self._ddp = self.group.wrap(self.model, self.ddp_settings)
             return self._ddp
 
+        def set_measuring(self, on):
+            self._measuring = on
+
+        def _stepped(self):
+            """What a step runs: under torch.compile while a compiled workload's steps are timed."""
+            if not (self.compiled and self._measuring):
+                return self._trained()
+            if self._compiled_model is None:
+                self._compiled_model = torch.compile(self._trained())
+            return self._compiled_model
+
         def step(self):
-            trained = self._trained()
+            trained = self._stepped()
             start = time.perf_counter()
             self.optimizer.zero_grad(set_to_none=True)
             self.loss_fn(trained(*self.inputs)).backward()
@@ -291,7 +305,7 @@ def make(native):
             if places:
                 self.applied.append(rule.name)
                 self.optimizer = self.optimizer_factory(self.model.parameters())
-                self._ddp = None
+                self._ddp = self._compiled_model = None
             return places
 
         def why_unchanged(self):

@@ -77,6 +77,7 @@ class PyWorkload : public Workload {
   std::string sample_unit() const override { PYBIND11_OVERRIDE(std::string, Workload, sample_unit); }
   double step() override { PYBIND11_OVERRIDE_PURE(double, Workload, step); }
   void set_profiling(Recorder* recorder) override { PYBIND11_OVERRIDE(void, Workload, set_profiling, recorder); }
+  void set_measuring(bool on) override { PYBIND11_OVERRIDE(void, Workload, set_measuring, on); }
   std::map<std::string, int64_t> held_memory() override {
     using Held = std::map<std::string, int64_t>;
     PYBIND11_OVERRIDE(Held, Workload, held_memory);

@@ -216,7 +216,15 @@ measure::Measurement interleave(const std::vector<Workload*>& workloads, const T
       return slowest;
     });
   }
-  return measure::interleave(runs, m, settled);
+  for (Workload* w : workloads) w->set_measuring(true);
+  try {
+    measure::Measurement got = measure::interleave(runs, m, settled);
+    for (Workload* w : workloads) w->set_measuring(false);
+    return got;
+  } catch (...) {
+    for (Workload* w : workloads) w->set_measuring(false);
+    throw;
+  }
 }
 
 // Variant k's gain over variant k − 1: their step-time ratio − 1, paired round by round.

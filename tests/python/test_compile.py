@@ -102,6 +102,56 @@ def test_tune_measures_torch_compile_beside_it(tmp_path):
     assert saved["compile"]["variants"][3]["variant"] == "opfuse + compile"
 
 
+def test_tune_for_compile_times_every_variant_compiled_and_profiles_eager(tmp_path, monkeypatch):
+    """for_compile: the rewrites are found in an eager profile (Swish's sigmoid and mul), but the
+    baseline and each variant are timed under torch.compile, each compiled once."""
+    compiled = []
+
+    def counting_compile(model, **kwargs):
+        compiled.append(model)
+        return real_compile(model, **kwargs)
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", counting_compile)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), Swish(), torch.nn.Linear(256, 8))
+    result = opfuse.tune(model, (torch.randn(32, 64),), lambda out: out.square().mean(), out=str(tmp_path / "run"),
+                         steps=1, rounds=2, max_rounds=2, warmup=1, profile_steps=1, min_gain=-1, quiet=True,
+                         measure_ops=False, for_compile=True)
+    silu = next(r for r in result.replacements if r.rule == "silu")
+    assert silu.verified and silu.measured and silu.kept
+    # the check before the work, then the baseline and each variant (cumulative, all kept) once
+    measured = [r.rule for r in result.replacements if r.measured]
+    assert len(compiled) == 2 + len(measured) and len({id(m) for m in compiled}) == len(compiled), measured
+    swish = [isinstance(m[1], Swish) for m in compiled]
+    assert swish[:2] == [True, True] and swish[1 + measured.index("silu") + 1] is False
+    assert result.to_json()["measured_under"] == "torch.compile"
+    assert "ran under torch.compile (for_compile)" in result.text
+
+
+@torch.library.custom_op("opfuse_tests::no_fake", mutates_args=())
+def _no_fake(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+def test_tune_for_compile_refuses_a_model_compile_cannot_train_before_the_work(tmp_path):
+    """A custom op of the user's with no fake implementation: eager runs it, compile cannot."""
+
+    class FailsCompiled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.linear(x)
+            return _no_fake(torch.sigmoid(y) * y)
+
+    with pytest.raises(ValueError, match="for_compile: torch.compile cannot train this model: .*fake"):
+        opfuse.tune(FailsCompiled(), (torch.randn(4, 8),), lambda out: out.sum(), out=str(tmp_path / "run"),
+                    quiet=True, for_compile=True)
+    assert not (tmp_path / "run" / "report.json").exists()
+
+
 def test_under_compile_efficientnets_ops_are_torchs_own_for_inductor_to_fuse():
     """Eager runs opfuse's ops; torch.compile sees torch's, which inductor fuses into neighbours
     (a convolution, a BatchNorm): opfuse's would be calls it cannot see into."""
