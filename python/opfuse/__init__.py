@@ -282,16 +282,26 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
         data["model_sha256"] = ranks.check_identical(tuned_model)
     if ranks is None or ranks.rank == 0:
         _write(os.path.join(folder, "report.json"), json.dumps(data, indent=2))
-        _write(os.path.join(folder, "report.html"), got["html"])
+        _write(os.path.join(folder, "report.html"), _page_html(got["page"], data))
     if ddp_settings is not None:
         tuned_model = ranks.wrap(tuned_model, ddp_settings)
-    under = "every variant's timed steps ran under torch.compile (for_compile)\n" if for_compile else ""
+    under = ("every variant's timed steps ran under torch.compile (for_compile); the analysis and its estimates "
+             "are of eager steps\n" if for_compile else "")
     text = got["analysis_text"] + under + got["text"] + ("\n" + peer_text if peer_text else "")
     result = TuneResult(data, tuned_model, text, pristine.not_traced, tuned_optimizer)
     result.out = folder
     if not quiet:
         print(result.text + f"\nwrote {folder}/report.json, report.html and the traces", file=sys.stderr)
     return result
+
+
+def _page_html(page_json, data):
+    """tune's page, with what Python measured beside the loop (compile's four variants)."""
+    page = json.loads(page_json)
+    page["tune"]["measured_under"] = data["measured_under"]
+    if "compile" in data:
+        page["tune"]["compile"] = data["compile"]
+    return _C.page_html(json.dumps(page))
 
 
 def _run_folder(out, force, ranks):

@@ -234,7 +234,7 @@ py::dict tune_workload(const Workload& w, const std::vector<opfuse::analyze::Rul
   }
   py::dict out;
   out["json"] = opfuse::report::tune_json(r).dump();
-  out["html"] = opfuse::report::analysis_html(opfuse::report::tune_page(r));
+  out["page"] = opfuse::report::tune_page(r).dump();  // the page's data: Python adds compile's figures
   out["text"] = opfuse::report::format_tune(r);
   out["analysis_text"] = opfuse::report::format_analysis(r.baseline.analysis, 10);
   out["tuned"] = tuned ? py::cast(tuned) : py::none();
@@ -397,5 +397,7 @@ PYBIND11_MODULE(_C, m) {
       py::arg("workload"), py::arg("rules"), py::arg("seed"),
       "tune's patch: every rewrite of the rules applied to the workload itself where it verifies");
   m.def("top_level_ops", &top_level_ops, py::arg("fn"), "the names of the top-level ops fn() runs on this thread");
+  m.def("page_html", [](const std::string& page) { return opfuse::report::analysis_html(nlohmann::json::parse(page)); },
+        py::arg("page"), "the self-contained report page drawn from its data (tune's \"page\")");
   m.def("check_output_path", &opfuse::report::check_output_path, py::arg("path"), py::arg("overwrite"));
 }

@@ -332,6 +332,9 @@ constexpr std::string_view kPage = R"page(<!doctype html>
       `rounds of ${count(t.steps)} steps interleaved (${count(t.rounds)} or more while a gain is unclear); ` +
       "changes from paired rounds with 95% intervals.");
     s.id = "tune";
+    if (t.measured_under === "torch.compile")
+      s.append(el("p", { class: "note" }, "Every variant's timed steps ran under torch.compile (for_compile); " +
+        "the profiles and the estimates are of eager steps."));
     const b = t.baseline || {}, a = t.tuned || {};
     const speedup = isNum(t.speedup) ? t.speedup - 1 : null;
     const sci = list(t.speedup_ci).map((x) => (isNum(x) ? x - 1 : null));
@@ -371,6 +374,30 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     s.append(el("h3", {}, "Replacements"), table([{ title: "rule" }, { title: "rewrite" }, { title: "verified" },
       { title: "max rel error", num: true }, { title: "gain [95% CI]", num: true }, { title: "rounds", num: true },
       { title: "result" }, { title: "why" }], reps));
+    if (t.compile && typeof t.compile === "object") renderCompile(t.compile);
+  }
+
+  // tune's compare_compile: eager, opfuse, torch.compile and opfuse + torch.compile from the same
+  // paired rounds, each with the time it took to be ready and its memory peak.
+  function renderCompile(c) {
+    const s = section("torch.compile beside the tune", `${count(c.rounds)} paired rounds, ${count(c.threads)} threads; ` +
+      "speed-ups over eager are medians of the rounds' ratios with 95% intervals.");
+    s.id = "compile";
+    const variants = list(c.variants).filter((v) => v && typeof v === "object");
+    s.append(barChart(variants.filter((v) => isNum(v.ms)).map((v) => ({ label: str(v.variant), value: v.ms * 1000 })),
+      (us) => `${fixed(us / 1000, 2)} ms per step`));
+    const range = (ci, digits) => `[${list(ci).map((x) => fixed(x, digits)).join(", ")}]`;
+    s.append(table([{ title: "variant" }, { title: "ms per step [95% CI]", num: true }, { title: "vs eager [95% CI]", num: true },
+      { title: "ready, s", num: true }, { title: "peak memory", num: true }, { title: "error" }],
+      variants.map((v) => ({ attrs: { class: "compile-variant", "data-variant": str(v.variant) },
+        cells: [str(v.variant), isNum(v.ms) ? `${fixed(v.ms, 2)} ${range(v.ms_ci, 2)}` : "–",
+          isNum(v.speedup_vs_first) ? `×${fixed(v.speedup_vs_first, 3)} ${range(v.speedup_vs_first_ci, 3)}` : "–",
+          isNum(v.ready_s) ? fixed(v.ready_s, 1) : "–", isNum(v.peak_memory_bytes) ? mb(v.peak_memory_bytes) : "–",
+          str(v.error)] }))));
+    const paired = c.opfuse_compile_vs_compile;
+    if (paired && isNum(paired.estimate))
+      s.append(el("p", { class: "step" }, `opfuse + compile against compile alone: ×${fixed(paired.estimate, 3)} ` +
+        `${range(paired.ci, 3)}`));
   }
 
   // --- Timeline of one step -------------------------------------------------------------------

@@ -100,6 +100,8 @@ def test_tune_measures_torch_compile_beside_it(tmp_path):
     assert "torch.compile beside the tune" in result.text
     saved = json.loads((tmp_path / "run" / "report.json").read_text())
     assert saved["compile"]["variants"][3]["variant"] == "opfuse + compile"
+    page = (tmp_path / "run" / "report.html").read_text()  # the page draws its embedded data (test_analysis_html.sh)
+    assert '"opfuse_compile_vs_compile":{"ci":' in page and '"measured_under":"eager"' in page
 
 
 def test_tune_for_compile_times_every_variant_compiled_and_profiles_eager(tmp_path, monkeypatch):
@@ -127,6 +129,7 @@ def test_tune_for_compile_times_every_variant_compiled_and_profiles_eager(tmp_pa
     assert swish[:2] == [True, True] and swish[1 + measured.index("silu") + 1] is False
     assert result.to_json()["measured_under"] == "torch.compile"
     assert "ran under torch.compile (for_compile)" in result.text
+    assert '"measured_under":"torch.compile"' in (tmp_path / "run" / "report.html").read_text()
 
 
 @torch.library.custom_op("opfuse_tests::no_fake", mutates_args=())

@@ -69,6 +69,14 @@ cat > "$tmp/analysis.json" <<'JSON'
  "rank_findings": [{"rule": "silu", "pattern": "sigmoid-mul", "replacement": "opfuse::silu", "mined": false, "ranks": 2,
                     "time_us_median": 300, "saving_us_median": 200, "saving_us_min": 150, "saving_us_max": 250}],
  "tune": {"model": "EfficientNet", "batch_size": 8, "ranks": 2, "steps": 1, "rounds": 5, "sample_unit": "images",
+          "measured_under": "torch.compile",
+          "compile": {"rounds": 5, "threads": 2, "opfuse_compile_vs_compile": {"estimate": 0.97, "ci": [0.903, 1.039]},
+                      "variants": [{"variant": "eager", "ms": 17.07, "ms_ci": [16.72, 17.49], "speedup_vs_first": 1,
+                                    "speedup_vs_first_ci": [1, 1], "ready_s": null, "peak_memory_bytes": 20600000, "error": null},
+                                   {"variant": "compile", "ms": 13.11, "ms_ci": [12.92, 13.58], "speedup_vs_first": 1.289,
+                                    "speedup_vs_first_ci": [1.277, 1.321], "ready_s": 24.5, "peak_memory_bytes": 18000000, "error": null},
+                                   {"variant": "opfuse + compile", "ready_s": null, "error": "TorchRuntimeError: <b>no fake</b>"},
+                                   "bad"]},
           "speedup": 1.2, "speedup_ci": [1.1, 1.3], "environment": {}, "machine": {}, "replacements": [], "rule_times": [],
           "baseline": {"step_ms": 100.0, "step_ms_ci": [98, 102], "images_per_sec": 80, "ops_per_step": 10000,
                        "rank_step_ms": [97.5, 100.0], "slowest_rank": 1},
@@ -108,6 +116,13 @@ expect '_blocks.7._swish ×3'
 expect '&lt;/script&gt;&lt;b&gt;bold'
 [ "$(grep -o 'class="finding" data-rule=' "$tmp/drawn.html" | wc -l)" -eq 3 ] || fail "expected 3 finding rows"
 expect 'batch 8 over 2 ranks'
+expect 'ran under torch.compile (for_compile)'
+expect 'id="compile"'
+expect 'class="compile-variant" data-variant="opfuse + compile"'
+expect '×1.289 [1.277, 1.321]'
+expect 'TorchRuntimeError: &lt;b&gt;no fake&lt;/b&gt;'
+expect 'opfuse + compile against compile alone: ×0.970 [0.903, 1.039]'
+[ "$(grep -o 'class="compile-variant"' "$tmp/drawn.html" | wc -l)" -eq 3 ] || fail "expected a row per compile variant"
 expect 'id="ranks"'
 expect 'rank 1 is the slowest, 11.1% behind the median rank'
 expect 'class="rank-finding" data-rule="silu"'
