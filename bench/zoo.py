@@ -30,6 +30,8 @@ def main(argv=None):
     p.add_argument("--size", default="bench", choices=("test", "bench"), help="the zoo's model size")
     p.add_argument("--rounds", type=int, default=5, help="paired rounds (tune's --rounds; --max-rounds is 4x)")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: one per core)")
+    p.add_argument("--for-compile", action="store_true",
+                   help="tune for compiled training (opfuse.tune's for_compile): what opfuse keeps is what pays under compile")
     p.add_argument("--out", default="zoo-run", help="results folder (a numbered sibling if it exists)")
     p.add_argument("--merge", nargs="+", metavar="ZOO.JSON",
                    help="measure nothing: write the table, CSV and plot of earlier runs' zoo.json files into --out "
@@ -85,7 +87,7 @@ def free_folder(path):
 
 def run_child(name, args, out):
     cmd = [sys.executable, os.path.abspath(__file__), "--one", name, "--size", args.size, "--rounds", str(args.rounds),
-           "--threads", str(args.threads), "--out", os.path.join(out, name)]
+           "--threads", str(args.threads), "--out", os.path.join(out, name)] + (["--for-compile"] if args.for_compile else [])
     # A fresh compile cache per model: "compile s" is what a first run waits, not a cache hit.
     with tempfile.TemporaryDirectory(prefix="opfuse-zoo-inductor-") as cache:
         done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache))
@@ -108,12 +110,12 @@ def measure(name, args):
     samples = inputs[0].numel() if unit == "sequences" else inputs[0].shape[0]  # tokens, or images
     start = time.perf_counter()
     result = opfuse.tune(model, inputs, loss, optimizer, out=args.out, rounds=args.rounds, max_rounds=4 * args.rounds,
-                         compare_compile=True, quiet=True)
+                         compare_compile=True, for_compile=args.for_compile, quiet=True)
     peer = result.to_json()["compile"]
     row = {"model": name, "library": library, "unit": "tokens" if unit == "sequences" else "images",
            "samples_per_step": samples, "threads": torch.get_num_threads(), "torch": torch.__version__,
            "cpu": machine()["cpu"],
-           "tune_s": time.perf_counter() - start, "rounds": peer["rounds"], "machine_busy": peer["machine_busy"],
+           "for_compile": args.for_compile, "tune_s": time.perf_counter() - start, "rounds": peer["rounds"], "machine_busy": peer["machine_busy"],
            "kept": sorted(r.rule for r in result.replacements if r.kept),
            "kept_as_group": sorted(r["rule"] for r in result.to_json()["replacements"] if r.get("kept_as_group")),
            "not_kept": {r.rule: r.why for r in result.replacements if not r.kept},
@@ -187,7 +189,7 @@ def table(rows, args):
         lines.append(f"| {r['model']} | {eager['per_s']:.0f} {r['unit']}/s | {cell(r['opfuse'])} | {cell(r['compile'])} | "
                      f"{cell(r['opfuse + compile'])} | {pair_cell} | {r['tune_s']:.0f} | "
                      f"{'-' if ready is None else round(ready)} | {'-' if rss is None else round(rss)} | "
-                     f"{', '.join(r['kept']) or 'nothing'} |" + (f" {r.get('cpu', info['cpu'])} |" if several else ""))
+                     f"{', '.join(r['kept']) or 'nothing'}{' (tuned for compile)' if r.get('for_compile') else ''} |" + (f" {r.get('cpu', info['cpu'])} |" if several else ""))
     return "\n".join(lines) + "\n"
 
 
