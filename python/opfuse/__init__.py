@@ -208,8 +208,8 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
                rank{r}.baseline.trace.json; rank 0 writes the report. `model` may be a
                DistributedDataParallel: its module is tuned and the result rewrapped alike.
     compare_compile: also measure the baseline and the tuned model under torch.compile, all four in
-               the same paired rounds, with each compiled variant's time to be ready (report.json's
-               "compile", and a table in the text)
+               the same paired rounds (as many as tune's own measurement took), with each compiled
+               variant's time to be ready (report.json's "compile", a table in the text and the page)
     for_compile: for a model that will train under torch.compile: every variant's timed steps run
                compiled (profiles and verification stay eager), so a rewrite is kept only where it
                pays under compile; refused at once where compile cannot take the model
@@ -272,7 +272,9 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
         got["tuned"].compiled = False
     if compare_compile:
         report.stage("measuring eager, opfuse, torch.compile and opfuse + torch.compile together")
-        data["compile"], peer_text = compile_peer.compare(_C, pristine, got["tuned"], steps, rounds, warmup,
+        # as many rounds as tune's own measurement took to settle: 5 rounds' interval is coarse
+        peer_rounds = max([rounds] + [r["rounds"] for r in data["replacements"] if r.get("measured")])
+        data["compile"], peer_text = compile_peer.compare(_C, pristine, got["tuned"], steps, peer_rounds, warmup,
                                                           tune_seconds)
     data["not_traced"] = pristine.not_traced
     tuned = got["tuned"]

@@ -90,6 +90,7 @@ def test_tune_measures_torch_compile_beside_it(tmp_path):
     for v in peer["variants"]:
         assert v["error"] is None and v["ms"] > 0 and v["ms_ci"][0] <= v["ms"] <= v["ms_ci"][1], v
         assert len(v["ms_rounds"]) == peer["rounds"] >= 2
+    assert peer["rounds"] == max([2] + [r.rounds for r in result.replacements if r.measured])  # as tune's took
     assert peer["variants"][0]["speedup_vs_first"] == 1
     assert all(v["ready_s"] > 0 for v in peer["variants"][1:])  # tune's time, then compile's first steps
     # Each variant's memory peak, from a profiled step: at least what the model holds between steps.
