@@ -183,3 +183,23 @@ def test_under_compile_efficientnets_ops_are_torchs_own_for_inductor_to_fuse():
     assert relative_error(got_out, want_out, floor) < TOLERANCE
     for name, want in want_grads.items():
         assert relative_error(got_grads[name], want, floor) < TOLERANCE, name
+
+
+def test_the_command_line_tunes_for_compile(tmp_path):
+    from opfuse.__main__ import main
+    factory = tmp_path / "net.py"
+    factory.write_text(
+        "import torch\n"
+        "class Swish(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x * torch.sigmoid(x)\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        "    m = torch.nn.Sequential(torch.nn.Linear(16, 32), Swish(), torch.nn.Linear(32, 4))\n"
+        "    return m, (torch.randn(8, 16),), lambda out: out.square().mean()\n")
+    assert main(["tune", f"{factory}:make", "--out", str(tmp_path / "o"), "--steps", "1", "--rounds", "2",
+                 "--max-rounds", "2", "--warmup", "1", "--min-gain", "-1", "--for-compile",
+                 "--json", str(tmp_path / "r.json")]) == 0
+    report = json.load(open(tmp_path / "r.json"))
+    assert report["measured_under"] == "torch.compile"
+    assert any(r["rule"] == "silu" and r["measured"] for r in report["replacements"]), report["replacements"]
