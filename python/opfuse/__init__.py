@@ -267,9 +267,6 @@ def tune(model, inputs, loss_fn, optimizer=None, *, rules=None, no_default_rules
     data["where"] = "python"
     data["measured_under"] = "torch.compile" if for_compile else "eager"
     peer_text = ""
-    pristine.compiled = False  # from here on "eager" means eager; compare compiles its own copies
-    if got["tuned"] is not None:
-        got["tuned"].compiled = False
     if compare_compile:
         report.stage("measuring eager, opfuse, torch.compile and opfuse + torch.compile together")
         # as many rounds as tune's own measurement took to settle: 5 rounds' interval is coarse

@@ -79,6 +79,7 @@ constexpr std::string_view kPage = R"page(<!doctype html>
   // Two decimals everywhere so a column of ms lines up; under 5 us would round to a bare 0.00.
   const ms = (us) => (!isNum(us) ? "–" : us > 0 && us < 5 ? "<0.01" : (us / 1000).toFixed(2));
   const fixed = (v, digits) => (isNum(v) ? v.toFixed(digits) : "–");
+  const range = (ci, digits = 2) => `[${list(ci).map((x) => fixed(x, digits)).join(", ")}]`;
   const count = (v) => (isNum(v) ? Math.round(v).toLocaleString("en-US") : "–");
   const clip = (s, n) => (s.length > n ? s.slice(0, n - 1) + "…" : s);
 
@@ -349,7 +350,6 @@ constexpr std::string_view kPage = R"page(<!doctype html>
       s.append(el("p", { class: "warning" }, `warning: ${str(w)}`)));
     s.append(groupedChart([{ label: "step time", before: b.step_ms, after: a.step_ms, calls: "median" }],
       (v) => `${fixed(v, 2)} ms per step`));
-    const range = (ci) => `[${list(ci).map((x) => fixed(x, 2)).join(", ")}]`;
     const rows = [["step time, ms (median)", `${fixed(b.step_ms, 2)} ${range(b.step_ms_ci)}`, `${fixed(a.step_ms, 2)} ${range(a.step_ms_ci)}`],
       [`${unit}/s (from step time)`, fixed(b.images_per_sec, 1), fixed(a.images_per_sec, 1)],
       ["ops per step", count(b.ops_per_step), count(a.ops_per_step)]];
@@ -386,7 +386,6 @@ constexpr std::string_view kPage = R"page(<!doctype html>
     const variants = list(c.variants).filter((v) => v && typeof v === "object");
     s.append(barChart(variants.filter((v) => isNum(v.ms)).map((v) => ({ label: str(v.variant), value: v.ms * 1000 })),
       (us) => `${fixed(us / 1000, 2)} ms per step`));
-    const range = (ci, digits) => `[${list(ci).map((x) => fixed(x, digits)).join(", ")}]`;
     s.append(table([{ title: "variant" }, { title: "ms per step [95% CI]", num: true }, { title: "vs eager [95% CI]", num: true },
       { title: "ready, s", num: true }, { title: "peak memory", num: true }, { title: "error" }],
       variants.map((v) => ({ attrs: { class: "compile-variant", "data-variant": str(v.variant) },

@@ -216,13 +216,16 @@ measure::Measurement interleave(const std::vector<Workload*>& workloads, const T
       return slowest;
     });
   }
-  for (Workload* w : workloads) w->set_measuring(true);
+  const auto measuring = [&workloads](bool on) {
+    for (Workload* w : workloads) w->set_measuring(on);
+  };
+  measuring(true);
   try {
     measure::Measurement got = measure::interleave(runs, m, settled);
-    for (Workload* w : workloads) w->set_measuring(false);
+    measuring(false);
     return got;
   } catch (...) {
-    for (Workload* w : workloads) w->set_measuring(false);
+    measuring(false);
     throw;
   }
 }
